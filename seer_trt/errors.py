@@ -1,0 +1,23 @@
+"""One error type for everything a user can trigger.
+
+CLIs print ``str(err)`` on one line and exit 2; ``--verbose`` shows the traceback. Messages name the value
+found, the value expected, and the fix.
+"""
+
+from __future__ import annotations
+
+
+class SeerError(Exception):
+    """Base class of every error a user of seer-trt can trigger."""
+
+
+class ConfigError(SeerError, ValueError):
+    """A configuration value (CLI flag, manifest field, config.json key) is invalid."""
+
+
+class InputError(SeerError, ValueError):
+    """A request's input (an image, a prompt) cannot be processed as given."""
+
+
+class CheckpointError(SeerError):
+    """A checkpoint could not be found, or its tensors do not match the model."""
