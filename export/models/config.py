@@ -1,0 +1,165 @@
+"""LLaDA-V configuration read from a checkpoint's ``config.json`` (DESIGN §3).
+
+In:  the ``config.json`` of a LLaDA-V checkpoint (``GSAI-ML/LLaDA-V`` layout) or of the bundled fixture.
+Out: ``LLaDAVConfig``: language-model dims, the SigLIP tower (after LLaDA-V drops its last layer), the
+     projector, and the product's own keys ``seer`` (calibration) and ``generation`` (defaults).
+
+The real checkpoint's config names no vision dims (LLaVA-OneVision hard-codes SigLIP so400m-patch14-384);
+a ``vision_config`` object, as the fixture writes, overrides those defaults. Images: ``image_aspect_ratio``
+"pad" gives one tile per image, "anyres" / "anyres_max_N" the tiling of ``image_grid_pinpoints``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from seer_trt.config import GenerationConfig, SeerConfig, read_json
+from seer_trt.errors import ConfigError
+from seer_trt.preprocess import LLADA_V_PINPOINTS, parse_pinpoints
+
+LLADA_V_SYSTEM = (
+    "You are a helpful language and vision assistant. You are able to understand the visual content that the "
+    "user provides, and assist the user with a variety of tasks using natural language."
+)  # conv_llava_llada in LLaDA-V's conversation.py
+
+
+@dataclasses.dataclass(frozen=True)
+class TextConfig:
+    vocab_size: int = 126464
+    hidden_size: int = 4096
+    intermediate_size: int = 12288
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 32
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionConfig:
+    """SigLIP(2) so400m patch14 384 by default; ``num_hidden_layers`` is the tower's own count."""
+
+    hidden_size: int = 1152
+    intermediate_size: int = 4304
+    num_hidden_layers: int = 27
+    num_attention_heads: int = 16
+    image_size: int = 384
+    patch_size: int = 14
+    layer_norm_eps: float = 1e-6
+
+    @property
+    def kept_layers(self) -> int:
+        """LLaDA-V deletes the tower's last encoder layer and takes the output of the one before."""
+        return self.num_hidden_layers - 1
+
+    @property
+    def tokens_per_tile(self) -> int:
+        return (self.image_size // self.patch_size) ** 2  # 729 for so400m at 384 px
+
+
+@dataclasses.dataclass(frozen=True)
+class LLaDAVConfig:
+    text: TextConfig
+    vision: VisionConfig
+    projector_type: str = "mlp2x_gelu"
+    patch_merge_type: str = "spatial_unpad"
+    image_aspect_ratio: str = "anyres_max_4"
+    # "(AxB),...,(CxD)" tile range, or (width, height) px pairs as a trained checkpoint's config.json lists them
+    image_grid_pinpoints: str | tuple[tuple[int, int], ...] = LLADA_V_PINPOINTS
+    seer: SeerConfig = SeerConfig()
+    generation: GenerationConfig = GenerationConfig()
+    system_prompt: str | None = LLADA_V_SYSTEM
+
+    def __post_init__(self) -> None:
+        if self.projector_type != "mlp2x_gelu":
+            raise ConfigError(f"mm_projector_type {self.projector_type!r} is not supported; LLaDA-V uses 'mlp2x_gelu'")
+        if self.image_aspect_ratio.startswith("anyres_max") and self.anyres_max_tiles is None:
+            raise ConfigError(
+                f"image_aspect_ratio {self.image_aspect_ratio!r} names no tile budget; expected e.g. 'anyres_max_4'"
+            )
+        parse_pinpoints(self.image_grid_pinpoints, self.vision.image_size)  # raises ConfigError when malformed
+        if not isinstance(self.image_grid_pinpoints, str):  # a JSON list of lists, frozen into tuples
+            object.__setattr__(self, "image_grid_pinpoints", tuple(tuple(p) for p in self.image_grid_pinpoints))
+        if not self.seer.probe_layer < self.text.num_hidden_layers:
+            raise ConfigError(
+                f"seer.probe_layer {self.seer.probe_layer} is past the last layer ({self.text.num_hidden_layers - 1})"
+            )
+
+    @property
+    def grid_pinpoints(self) -> list[tuple[int, int]]:
+        """Candidate (width, height) px resolutions of the anyres grid."""
+        return parse_pinpoints(self.image_grid_pinpoints, self.vision.image_size)
+
+    @property
+    def anyres_max_tiles(self) -> int | None:
+        """N of ``anyres_max_N``: the grid's patch map is downsampled past about N tiles' worth; else None."""
+        found = re.fullmatch(r"anyres_max_(\d+)", self.image_aspect_ratio)
+        return int(found.group(1)) if found else None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "config.json") -> LLaDAVConfig:
+        text_names = {f.name for f in dataclasses.fields(TextConfig)}
+        missing = sorted(n for n in ("vocab_size", "hidden_size", "num_hidden_layers") if n not in data)
+        if missing:
+            raise ConfigError(f"{where} lacks {missing}; is this a LLaDA-V checkpoint's config.json?")
+        text = TextConfig(**{k: data[k] for k in text_names if k in data})
+        vision_data = data.get("vision_config") or {}
+        vision_names = {f.name for f in dataclasses.fields(VisionConfig)}
+        vision = VisionConfig(**{k: vision_data[k] for k in vision_names if k in vision_data})
+        if data.get("mm_hidden_size", vision.hidden_size) != vision.hidden_size:
+            raise ConfigError(
+                f"{where}: mm_hidden_size {data['mm_hidden_size']} differs from the vision width {vision.hidden_size}"
+            )
+        return cls(
+            text=text,
+            vision=vision,
+            projector_type=data.get("mm_projector_type", "mlp2x_gelu"),
+            patch_merge_type=data.get("mm_patch_merge_type", "spatial_unpad"),
+            image_aspect_ratio=data.get("image_aspect_ratio", "anyres_max_4"),
+            image_grid_pinpoints=data.get("image_grid_pinpoints") or LLADA_V_PINPOINTS,
+            seer=SeerConfig.from_dict(data["seer"]) if "seer" in data else SeerConfig(),
+            generation=GenerationConfig.from_dict(data["generation"]) if "generation" in data else GenerationConfig(),
+            system_prompt=data.get("system_prompt", LLADA_V_SYSTEM),
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> LLaDAVConfig:
+        return cls.from_dict(read_json(path), str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``config.json`` form: text dims at the top level as in HF, product keys alongside."""
+        return {
+            "model_type": "llava_llada",
+            **dataclasses.asdict(self.text),
+            "mm_hidden_size": self.vision.hidden_size,
+            "mm_projector_type": self.projector_type,
+            "mm_patch_merge_type": self.patch_merge_type,
+            "image_aspect_ratio": self.image_aspect_ratio,
+            "image_grid_pinpoints": (
+                self.image_grid_pinpoints
+                if isinstance(self.image_grid_pinpoints, str)
+                else [list(p) for p in self.image_grid_pinpoints]
+            ),
+            "vision_config": dataclasses.asdict(self.vision),
+            "system_prompt": self.system_prompt,
+            "seer": self.seer.to_dict(),
+            "generation": self.generation.to_dict(),
+        }

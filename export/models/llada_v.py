@@ -1,0 +1,191 @@
+"""LLaDA-V: the LLaDA language model, the SigLIP tower, the ``mlp2x_gelu`` projector and ``image_newline``.
+
+In:  prompt ids with ``IMAGE_PLACEHOLDER`` slots and images (single pixel tiles, or ``AnyresImage`` tilings);
+     answer ids (masks included).
+Out: prompt embeddings with image features spliced in, and answer-position logits.
+
+Image features per placeholder, as LLaVA-OneVision's ``prepare_inputs_labels_for_multimodal`` builds them:
+single tile ("pad"): the tile's T features, then ``image_newline`` (under "unpad" merging).
+anyres ("spatial_unpad"): the base tile's T features (no newline), then the grid's patch map, unpadded and
+possibly downsampled, row by row with ``image_newline`` after each row:
+
+    base [T, D] | row 0 of the map, newline | row 1, newline | ... | row h-1, newline
+
+Parameter names are the ``GSAI-ML/LLaDA-V`` checkpoint's: ``model.embed_tokens``, ``model.layers.*``,
+``model.norm``, ``model.vision_tower.vision_tower.vision_model.*``, ``model.mm_projector.{0,2}``,
+``model.image_newline``, ``lm_head``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seer_export.models.config import LLaDAVConfig
+from seer_export.models.llada import DecoderLayer, RMSNorm, attention_mask, rope
+from seer_export.models.siglip import SigLipVisionTower
+from seer_trt.errors import ConfigError, InputError
+from seer_trt.preprocess import IMAGE_PLACEHOLDER, AnyresImage
+
+
+class LLaDAVModel(nn.Module):
+    def __init__(self, cfg: LLaDAVConfig) -> None:
+        super().__init__()
+        t = cfg.text
+        self.embed_tokens = nn.Embedding(t.vocab_size, t.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(t) for _ in range(t.num_hidden_layers))
+        self.norm = RMSNorm(t.hidden_size, t.rms_norm_eps)
+        self.vision_tower = SigLipVisionTower(cfg.vision)
+        self.mm_projector = nn.Sequential(
+            nn.Linear(cfg.vision.hidden_size, t.hidden_size), nn.GELU(), nn.Linear(t.hidden_size, t.hidden_size)
+        )
+        self.image_newline = nn.Parameter(torch.zeros(t.hidden_size))
+
+
+class LLaDAV(nn.Module):
+    """The whole model; ``forward`` gives answer-position logits for a prefix + answer window."""
+
+    def __init__(self, cfg: LLaDAVConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = LLaDAVModel(cfg)
+        self.lm_head = nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
+
+    def tile_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """[N, 3, S, S] pixel tiles -> projected patch features [N, T, D]."""
+        return self.model.mm_projector(self.model.vision_tower(pixels))
+
+    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """[N, 3, S, S] single-tile images -> [N, T (+1), D]; ``image_newline`` appended under "unpad" merging."""
+        feats = self.tile_features(pixels)  # [N, T, D]
+        if "unpad" in self.config.patch_merge_type:  # one base tile: features then the newline embedding
+            newline = self.model.image_newline.to(feats.dtype)[None, None].expand(feats.shape[0], 1, -1)
+            feats = torch.cat([feats, newline], dim=1)
+        return feats
+
+    def merge_anyres(self, features: torch.Tensor, image: AnyresImage) -> torch.Tensor:
+        """[1 + cols*rows, T, D] tile features of one anyres image -> its [M, D] prompt features.
+
+        ``spatial_unpad`` merging: the grid tiles' side x side patch maps are laid out as the tiles were cut
+        (row-major) into one [rows*side, cols*side] map, cropped to the image's aspect ratio and, under
+        ``anyres_max_N``, bilinearly shrunk (``anyres_layout``); each map row then ends with ``image_newline``.
+        The base tile's features go first, without a newline. M = ``image.feature_layout(...).tokens``.
+        """
+        cfg = self.config
+        if "unpad" not in cfg.patch_merge_type or not cfg.image_aspect_ratio.startswith("anyres"):
+            raise ConfigError(
+                f"anyres images need image_aspect_ratio 'anyres'/'anyres_max_N' and mm_patch_merge_type "
+                f"'spatial_unpad'; this model has {cfg.image_aspect_ratio!r} / {cfg.patch_merge_type!r}: "
+                f"pass single tiles (seer_trt.preprocess.pixel_tiles) instead"
+            )
+        side = cfg.vision.image_size // cfg.vision.patch_size
+        cols, rows = image.grid
+        if tuple(features.shape[:2]) != (1 + cols * rows, side * side):
+            raise InputError(
+                f"features {tuple(features.shape)} do not fit a {cols}x{rows} grid of {side}x{side} patch tiles; "
+                f"expected [{1 + cols * rows}, {side * side}, D]"
+            )
+        layout = image.feature_layout(side, cfg.anyres_max_tiles)
+        dim = features.shape[-1]
+        grid = features[1:].view(rows, cols, side, side, dim)  # [tile row, tile col, patch row, patch col, D]
+        grid = grid.permute(4, 0, 2, 1, 3).reshape(dim, rows * side, cols * side)  # [D, H, W] patch map
+        top, bottom, left, right = layout.crop
+        grid = grid[:, top:bottom, left:right]
+        if tuple(grid.shape[1:]) != layout.size:  # anyres_max: shrink to about N tiles' worth of patches
+            grid = F.interpolate(grid[None], size=layout.size, mode="bilinear", align_corners=False)[0]
+        newline = self.model.image_newline.to(grid.dtype)[:, None, None].expand(dim, grid.shape[1], 1)
+        grid = torch.cat([grid, newline], dim=2)  # [D, h, w + 1]
+        return torch.cat([features[0], grid.flatten(1).T], dim=0)  # [T + h * (w + 1), D]
+
+    def spliced_features(self, images: torch.Tensor | Sequence[AnyresImage] | None) -> list[torch.Tensor]:
+        """One [M_i, D] feature block per image, in order: what each ``IMAGE_PLACEHOLDER`` is replaced by.
+
+        ``images`` is either a pixel tensor [N, 3, S, S] of N single-tile images (``pixel_tiles``, "pad"), or
+        a sequence of ``AnyresImage`` (``anyres_tiles``), whose tiles go through the tower in one batch.
+        """
+        if images is None:
+            return []
+        if isinstance(images, torch.Tensor):
+            return list(self.image_features(images))
+        images = list(images)
+        if not all(isinstance(im, AnyresImage) for im in images):
+            found = sorted({type(im).__name__ for im in images})
+            raise TypeError(f"images must be a pixel tensor [N, 3, S, S] or AnyresImage objects, got {found}")
+        if not images:
+            return []
+        weight = self.model.vision_tower.vision_tower.vision_model.embeddings.patch_embedding.weight
+        pixels = torch.cat([torch.from_numpy(im.tiles) for im in images]).to(weight.device, weight.dtype)
+        feats = self.tile_features(pixels).split([im.tiles.shape[0] for im in images])
+        return [self.merge_anyres(f, im) for f, im in zip(feats, images, strict=True)]
+
+    def embed_prompt(self, ids: list[int], images: torch.Tensor | Sequence[AnyresImage] | None = None) -> torch.Tensor:
+        """[P, D] embeddings of one prompt; each ``IMAGE_PLACEHOLDER`` takes the next image's features.
+
+        ``images``: single-tile pixels [N, 3, S, S] or a sequence of ``AnyresImage`` (see ``spliced_features``).
+        """
+        n_images = sum(1 for i in ids if i == IMAGE_PLACEHOLDER)
+        have = 0 if images is None else len(images)
+        if n_images != have:
+            raise InputError(f"prompt has {n_images} image placeholder(s) but {have} image(s) were given")
+        feats = self.spliced_features(images) if n_images else []
+        parts, text, k = [], [], 0
+        for i in ids + [None]:
+            if i is None or i == IMAGE_PLACEHOLDER:
+                if text:
+                    parts.append(self.model.embed_tokens(torch.tensor(text, device=self.lm_head.weight.device)))
+                    text = []
+                if i is not None:
+                    parts.append(feats[k])
+                    k += 1
+            else:
+                text.append(i)
+        return torch.cat(parts, dim=0)
+
+    def hidden_states(
+        self, embeds: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor, upto: int | None = None
+    ) -> torch.Tensor:
+        """Run decoder layers 0..upto-1 (all by default) and, for a full pass, the final norm. [B, S, D]."""
+        mask = attention_mask(segment_ids)
+        cos, sin = rope(position_ids, self.config.text.head_dim, self.config.text.rope_theta, embeds.dtype)
+        x = embeds
+        layers = self.model.layers if upto is None else self.model.layers[:upto]
+        for layer in layers:
+            x = layer(x, mask, cos, sin)
+        return self.model.norm(x) if upto is None else x
+
+    def forward(
+        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """Logits [B, G, V] of the answer window ``gen_ids`` [B, G] after the prompt [B, P, D]."""
+        embeds = torch.cat([prefix_embeds, self.model.embed_tokens(gen_ids).to(prefix_embeds.dtype)], dim=1)
+        hidden = self.hidden_states(embeds, segment_ids, position_ids)
+        return self.lm_head(hidden[:, prefix_embeds.shape[1] :]).float()
+
+
+def left_pad_prompts(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack [P_i, D] prompts left-padded with zeros: embeds [B, P, D] and validity [B, P] bool."""
+    longest = max(p.shape[0] for p in prompts)
+    dim = prompts[0].shape[1]
+    embeds = prompts[0].new_zeros(len(prompts), longest, dim)
+    valid = torch.zeros(len(prompts), longest, dtype=torch.bool, device=prompts[0].device)
+    for b, p in enumerate(prompts):
+        embeds[b, longest - p.shape[0] :] = p
+        valid[b, longest - p.shape[0] :] = True
+    return embeds, valid
+
+
+def window_layout(prefix_valid: torch.Tensor, kept: torch.Tensor, gen_length: int) -> tuple[torch.Tensor, ...]:
+    """``segment_ids`` and ``position_ids`` [B, P + G] for left-padded prompts and per-row answer windows.
+
+    Row b's segment covers its real prompt tokens and its first ``kept[b]`` answer positions; everything else
+    is padding (0). Positions count from 0 at the first real token of each row.
+    """
+    b = prefix_valid.shape[0]
+    gen_valid = torch.arange(gen_length, device=kept.device)[None].expand(b, -1) < kept[:, None]
+    valid = torch.cat([prefix_valid, gen_valid], dim=1)  # [B, P + G]
+    segment_ids = valid.to(torch.int32)
+    position_ids = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
+    return segment_ids, position_ids

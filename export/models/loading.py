@@ -1,0 +1,327 @@
+"""Checkpoint loading: find a LLaDA-V checkpoint offline, read its safetensors lazily, build the model (DESIGN §3).
+
+In:  a checkpoint folder in Hugging Face layout (``config.json`` plus ``model.safetensors``, or shards
+     ``model-0000x-of-0000y.safetensors`` with ``model.safetensors.index.json``), given directly or found in
+     the local Hugging Face cache, offline: nothing here touches the network.
+Out: ``LLaDAV`` with every parameter loaded under a strict check of names and shapes.
+
+Memory stays near one copy of the weights, which an 8B export on a 24 GB machine needs: the module is built
+on the ``meta`` device (no storage), every name and shape is checked against the safetensors headers before a
+byte of weight is read, then tensors are read one at a time, cast to the requested dtype and attached
+(``load_state_dict(assign=True)``), so no second copy of the model ever exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from seer_export.models.config import LLaDAVConfig
+from seer_export.models.llada_v import LLaDAV
+from seer_trt.errors import CheckpointError, ConfigError
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+LIST_LIMIT = 8  # names shown per kind of mismatch before "... (+N more)"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache folder, read from the environment at call time.
+
+    Same precedence as ``huggingface_hub``: ``HF_HUB_CACHE``, ``HUGGINGFACE_HUB_CACHE``, ``HF_HOME``/hub,
+    ``XDG_CACHE_HOME``/huggingface/hub, ``~/.cache/huggingface/hub``. ``huggingface_hub.constants`` is frozen
+    at import, so a variable set later (a test, a launcher) would be missed there.
+
+    Returns:
+        The cache folder; it may not exist.
+    """
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.path.expandvars(os.environ[var])).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
+
+
+def _cached_snapshot(repo_id: str, cache: Path) -> Path | None:
+    """The snapshot folder of ``repo_id`` in ``cache`` that holds ``config.json``, or None. Offline."""
+    from huggingface_hub import try_to_load_from_cache
+
+    hit = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache)
+    if isinstance(hit, str):  # refs/main names a snapshot that has config.json
+        return Path(hit).parent
+    # A cache copied without refs/ (or holding only pinned revisions): take the newest complete-looking snapshot.
+    repo_dir = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshots = [p.parent for p in repo_dir.glob("snapshots/*/config.json")]
+    return max(snapshots, key=lambda p: p.stat().st_mtime) if snapshots else None
+
+
+def resolve_checkpoint(name_or_path: str | Path | None, repo_id: str) -> Path:
+    """Find a checkpoint folder without touching the network.
+
+    Args:
+        name_or_path: a checkpoint folder (``--checkpoint DIR``), a Hugging Face repo id to look up in the
+            local cache, or None to look up ``repo_id`` there.
+        repo_id: the Hugging Face id searched in the local cache when ``name_or_path`` is None.
+
+    Returns:
+        A folder holding ``config.json`` (a local folder, or a snapshot inside the Hugging Face cache).
+
+    Raises:
+        CheckpointError: nothing was found; the one-line message says where it looked and how to provide one.
+    """
+    if name_or_path is not None:
+        path = Path(os.path.expandvars(str(name_or_path))).expanduser()
+        if path.is_dir():
+            if not (path / "config.json").is_file():
+                raise CheckpointError(
+                    f"checkpoint folder {path} has no config.json (found {_listing(path)}); expected a Hugging "
+                    f"Face layout: config.json plus model.safetensors or model-*-of-*.safetensors with {INDEX_FILE}"
+                )
+            return path
+        if path.exists():
+            raise CheckpointError(f"checkpoint {path} is a file; pass --checkpoint DIR, the folder holding config.json")
+        if not _REPO_ID.match(str(name_or_path)):
+            raise CheckpointError(
+                f"checkpoint folder {path} does not exist; pass --checkpoint DIR with an existing folder holding "
+                f"config.json and the *.safetensors weights"
+            )
+        repo_id = str(name_or_path)  # "org/name" that is no local folder: a repo id for the cache
+    cache = hf_cache_dir()
+    found = _cached_snapshot(repo_id, cache)
+    if found is not None:
+        return found
+    given = f"folder {Path(str(name_or_path)).expanduser()} (absent) and " if name_or_path is not None else ""
+    raise CheckpointError(
+        f"no checkpoint of {repo_id}: looked in {given}the Hugging Face cache {cache} (offline, "
+        f"models--{repo_id.replace('/', '--')}/snapshots/*/config.json); pass --checkpoint DIR (a folder with "
+        f"config.json and *.safetensors), or run `huggingface-cli download {repo_id}` (`hf download` in newer "
+        f"huggingface_hub) on a connected machine and copy its cache to {cache} (or point HF_HUB_CACHE at the copy)"
+    )
+
+
+def _listing(folder: Path, limit: int = 6) -> str:
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    return _names(names, limit) if names else "an empty folder"
+
+
+def _names(items: list[str], limit: int = LIST_LIMIT) -> str:
+    """``[a, b, c] (+N more)``: a bounded listing for one-line error messages."""
+    shown = ", ".join(items[:limit])
+    return f"[{shown}]" + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CheckpointTensors:
+    """The tensors of a checkpoint, known from the safetensors headers; data is read only on demand.
+
+    Supports ``name in ckpt``, ``len(ckpt)``, ``ckpt.keys()`` and ``ckpt[name]`` (reads one tensor);
+    ``read()`` streams them all, opening each shard once.
+    """
+
+    folder: Path  # the checkpoint folder
+    files: dict[str, Path]  # tensor name -> the .safetensors file holding it
+    shapes: dict[str, tuple[int, ...]]  # tensor name -> shape, from the file header
+    dtypes: dict[str, str]  # tensor name -> safetensors dtype ("BF16", "F32", ...), from the file header
+
+    def keys(self) -> list[str]:
+        return list(self.files)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.files
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self.files:
+            raise KeyError(name)
+        return next(self.read([name]))[1]
+
+    def read(
+        self,
+        names: list[str] | None = None,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device = "cpu",
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(name, tensor)`` one at a time, shard by shard.
+
+        Args:
+            names: the tensors to read (all by default).
+            dtype: cast floating-point tensors to this dtype as they are read; others keep theirs.
+            device: where the tensors are created.
+
+        Raises:
+            CheckpointError: a shard could not be read; the message names the file.
+        """
+        from safetensors import SafetensorError, safe_open
+
+        wanted = self.keys() if names is None else names
+        by_file: dict[Path, list[str]] = {}
+        for name in wanted:
+            by_file.setdefault(self.files[name], []).append(name)
+        for path, group in by_file.items():
+            try:
+                with safe_open(str(path), framework="pt", device=str(torch.device(device))) as f:
+                    for name in group:
+                        tensor = f.get_tensor(name)
+                        if dtype is not None and tensor.is_floating_point():
+                            tensor = tensor.to(dtype)
+                        yield name, tensor
+            except (SafetensorError, OSError) as err:
+                raise CheckpointError(f"cannot read {path}: {err}; re-download or re-copy that file") from err
+
+
+def _header(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """Shapes and dtypes of every tensor in one .safetensors file; reads the header only."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path} is missing; re-download or re-copy it")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            slices = {name: f.get_slice(name) for name in f.keys()}
+            return {n: tuple(s.get_shape()) for n, s in slices.items()}, {n: s.get_dtype() for n, s in slices.items()}
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(
+            f"checkpoint file {path} is not a readable safetensors file ({err}); it is truncated or corrupt, "
+            f"re-download or re-copy it"
+        ) from err
+
+
+def _weight_map(folder: Path) -> dict[str, Path]:
+    """Tensor name -> shard file, from ``model.safetensors.index.json``; every shard it names must exist."""
+    index_path = folder / INDEX_FILE
+    try:
+        weight_map = json.loads(index_path.read_text())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(
+            f"{index_path} is not a safetensors index ({type(err).__name__}: {err}); expected "
+            f'{{"metadata": {{...}}, "weight_map": {{tensor name: shard file}}}}; re-download or re-copy it'
+        ) from err
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index_path}: weight_map is empty or not an object; re-download or re-copy it")
+    shards = sorted(set(weight_map.values()))
+    missing = [s for s in shards if not (folder / s).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"{index_path} names {len(shards)} shard(s) but {len(missing)} are missing from {folder}: "
+            f"{_names(missing)}; download or copy the missing file(s)"
+        )
+    return {name: folder / shard for name, shard in weight_map.items()}
+
+
+def load_state(folder: str | Path) -> CheckpointTensors:
+    """Index a checkpoint's tensors from their safetensors headers; no weight data is read.
+
+    Args:
+        folder: a folder holding ``model.safetensors``, or shards plus ``model.safetensors.index.json``
+            (the index wins when both are present, as in ``transformers``).
+
+    Returns:
+        ``CheckpointTensors``: each tensor's file, shape and dtype; read the data with ``read()``.
+
+    Raises:
+        CheckpointError: no weights file, an unreadable index, a missing or corrupt shard, or an index entry
+            its shard does not hold; the message names the file.
+    """
+    folder = Path(folder)
+    if not (folder / INDEX_FILE).is_file():
+        if (folder / SINGLE_FILE).is_file():
+            shapes, dtypes = _header(folder / SINGLE_FILE)
+            return CheckpointTensors(folder, {n: folder / SINGLE_FILE for n in shapes}, shapes, dtypes)
+        shards = sorted(p.name for p in folder.glob("model-*-of-*.safetensors"))
+        hint = f"shards {_names(shards, 3)} are there but {INDEX_FILE} is not; copy it too" if shards else ""
+        raise CheckpointError(
+            f"no {SINGLE_FILE} or {INDEX_FILE} in {folder} (found {_listing(folder)}); "
+            + (hint or "only safetensors checkpoints are supported: convert .bin weights or re-download")
+        )
+    files = _weight_map(folder)
+    shapes, dtypes = {}, {}
+    for path in sorted(set(files.values())):
+        file_shapes, file_dtypes = _header(path)
+        names = [n for n, p in files.items() if p == path]  # the index is the source of truth, as in transformers
+        claimed = sorted(n for n in names if n not in file_shapes)
+        if claimed:
+            raise CheckpointError(
+                f"{folder / INDEX_FILE} places {len(claimed)} tensor(s) in {path.name} that it does not hold: "
+                f"{_names(claimed)}; the index and shards come from different downloads, re-copy both"
+            )
+        shapes.update({n: file_shapes[n] for n in names})
+        dtypes.update({n: file_dtypes[n] for n in names})
+    return CheckpointTensors(folder=folder, files=files, shapes=shapes, dtypes=dtypes)
+
+
+def check_state(model: torch.nn.Module, ckpt: CheckpointTensors) -> None:
+    """Strict check of a checkpoint against a model's ``state_dict``: names and shapes, all at once.
+
+    Works on a ``meta`` model: only shapes are compared.
+
+    Raises:
+        CheckpointError: one message naming every missing, unexpected and mis-shaped tensor, with counts.
+    """
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    missing = sorted(set(expected) - set(ckpt.shapes))
+    unexpected = sorted(set(ckpt.shapes) - set(expected))
+    misshaped = sorted(
+        f"{n}: checkpoint {list(ckpt.shapes[n])}, model {list(expected[n])}"
+        for n in set(expected) & set(ckpt.shapes)
+        if ckpt.shapes[n] != expected[n]
+    )
+    if not (missing or unexpected or misshaped):
+        return
+    parts = [
+        f"{len(items)} {kind} {_names(items)}"
+        for kind, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+        if items
+    ]
+    raise CheckpointError(
+        f"checkpoint {ckpt.folder} does not match the model its config.json describes: {'; '.join(parts)}; "
+        f"expected {len(expected)} tensors, found {len(ckpt.shapes)}. Check that config.json belongs to these "
+        f"weights (layer counts, hidden sizes, vocab_size) and that the folder holds a LLaDA-V checkpoint"
+    )
+
+
+def load_model(folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> LLaDAV:
+    """Build ``LLaDAV`` from a checkpoint folder with about one copy of the weights in memory.
+
+    Args:
+        folder: a checkpoint folder (``config.json`` plus safetensors), e.g. from ``resolve_checkpoint``.
+        dtype: floating-point dtype of the loaded parameters (the checkpoint's are cast as they are read).
+        device: where the parameters live.
+
+    Returns:
+        The model in eval mode, every parameter read from the checkpoint.
+
+    Raises:
+        CheckpointError: missing config.json or weights, a corrupt shard, or tensors that do not match.
+        ConfigError: an invalid config.json or a non-floating ``dtype``.
+    """
+    folder = Path(folder)
+    if not dtype.is_floating_point:
+        raise ConfigError(f"dtype {dtype} is not a floating-point type; pass torch.float32, float16 or bfloat16")
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(
+            f"{folder} has no config.json (found {_listing(folder)}); pass --checkpoint DIR with a LLaDA-V "
+            f"checkpoint folder: config.json plus the *.safetensors weights"
+        )
+    cfg = LLaDAVConfig.from_file(folder / "config.json")
+    with torch.device("meta"):
+        model = LLaDAV(cfg)
+    non_persistent = {n for n, _ in model.named_buffers()} - set(model.state_dict())
+    # A non-persistent buffer is not in the checkpoint and would stay on meta; compute it in forward instead.
+    assert not non_persistent, f"non-persistent buffers cannot be loaded from a checkpoint: {sorted(non_persistent)}"
+    ckpt = load_state(folder)
+    check_state(model, ckpt)
+    state = dict(ckpt.read(dtype=dtype, device=device))  # the only copy: assign=True hands these to the model
+    model.load_state_dict(state, strict=True, assign=True)
+    del state
+    on_meta = [n for n, t in model.state_dict().items() if t.is_meta]
+    assert not on_meta, f"tensors left on the meta device after loading: {on_meta[:LIST_LIMIT]}"
+    return model.eval()

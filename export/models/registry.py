@@ -1,0 +1,112 @@
+"""The models seer-trt knows by name, and where each one's checkpoint comes from (DESIGN §3, §9).
+
+In:  a model name (``--model``) and optionally a checkpoint folder (``--checkpoint DIR``).
+Out: the checkpoint folder (``resolve``) or the loaded ``LLaDAV`` with it (``load``).
+
+A bundled model ships inside the package (the ``tiny-llada-v`` fixture); a downloaded one is found in a folder
+the user names or in the local Hugging Face cache, offline. Later adapters (LaViDa, MMaDA, LLaDA-8B) add
+entries here, not code paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import MappingProxyType
+
+import torch
+
+from seer_export.models.llada_v import LLaDAV
+from seer_export.models.loading import SINGLE_FILE, load_model, resolve_checkpoint
+from seer_trt.errors import CheckpointError, ConfigError
+
+FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-llada-v"  # the bundled fixture
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelEntry:
+    name: str  # the --model value
+    repo_id: str | None  # Hugging Face id looked up in the local cache (offline); None for bundled models
+    bundled: Path | None  # checkpoint folder shipped inside the package; None for downloaded models
+    description: str  # one line for --help and listings
+
+    def __post_init__(self) -> None:
+        if (self.repo_id is None) == (self.bundled is None):
+            raise ConfigError(f"model {self.name!r}: give exactly one of repo_id and bundled folder")
+
+
+MODELS = MappingProxyType(
+    {
+        e.name: e
+        for e in (
+            ModelEntry(
+                "tiny-llada-v", None, FIXTURE_DIR, "1.8M-parameter LLaDA-V trained on the synthetic task (bundled)"
+            ),
+            ModelEntry(
+                "llada-v", "GSAI-ML/LLaDA-V", None, "LLaDA-V 8B; --checkpoint DIR or the local Hugging Face cache"
+            ),
+        )
+    }
+)
+
+
+def get_entry(name: str) -> ModelEntry:
+    """The registry entry of ``name``.
+
+    Raises:
+        ConfigError: unknown name; the message lists the known ones.
+    """
+    if name not in MODELS:
+        raise ConfigError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def resolve(name: str, checkpoint: str | Path | None = None) -> Path:
+    """The checkpoint folder of model ``name``, found offline.
+
+    Args:
+        name: a registry name, e.g. ``tiny-llada-v`` or ``llada-v``.
+        checkpoint: a folder overriding where the weights come from (``--checkpoint DIR``).
+
+    Returns:
+        A folder holding ``config.json`` and the weights.
+
+    Raises:
+        ConfigError: unknown name.
+        CheckpointError: no checkpoint found; the message says where it looked and how to provide one.
+    """
+    entry = get_entry(name)
+    if checkpoint is not None or entry.bundled is None:
+        return resolve_checkpoint(checkpoint, entry.repo_id or entry.name)
+    if not (entry.bundled / "config.json").is_file() or not (entry.bundled / SINGLE_FILE).is_file():
+        raise CheckpointError(
+            f"bundled model {name!r} is incomplete: {entry.bundled} needs config.json and {SINGLE_FILE}; reinstall "
+            f"the package, train it with `python tools/train_fixture.py --out {entry.bundled}`, or pass "
+            f"--checkpoint DIR"
+        )
+    return entry.bundled
+
+
+def load(
+    name: str,
+    checkpoint: str | Path | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+) -> tuple[LLaDAV, Path]:
+    """Load model ``name`` (see ``resolve``) with a strict check of its tensors.
+
+    Args:
+        name: a registry name.
+        checkpoint: a folder overriding where the weights come from (``--checkpoint DIR``).
+        dtype: floating-point dtype of the parameters.
+        device: where the parameters live.
+
+    Returns:
+        The model in eval mode and the folder it came from.
+
+    Raises:
+        ConfigError: unknown name or invalid config.json.
+        CheckpointError: no checkpoint found, or its tensors do not match the model.
+    """
+    folder = resolve(name, checkpoint)
+    return load_model(folder, dtype=dtype, device=device), folder

@@ -1,0 +1,297 @@
+"""Checkpoint loading and the model registry: HF layouts, strict key checks, the offline HF cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from seer_export.fixture import FIXTURE_DIR
+from seer_export.models import (
+    MODELS,
+    LLaDAV,
+    LLaDAVConfig,
+    TextConfig,
+    VisionConfig,
+    get_entry,
+    load,
+    load_model,
+    load_state,
+    resolve,
+    resolve_checkpoint,
+)
+from seer_trt.config import SeerConfig
+from seer_trt.errors import CheckpointError, ConfigError
+
+torch.set_num_threads(1)
+
+REPO_ID = "GSAI-ML/LLaDA-V"
+
+
+def tiny_config(layers: int = 2) -> LLaDAVConfig:
+    return LLaDAVConfig(
+        text=TextConfig(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        ),
+        vision=VisionConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=16,
+            patch_size=8,
+        ),
+        seer=SeerConfig(probe_layer=1),
+    )
+
+
+def random_state(cfg: LLaDAVConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    model = LLaDAV(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()  # norms start at ones and image_newline at zeros: make every tensor distinctive
+    return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+
+
+def write_checkpoint(folder: Path, cfg: LLaDAVConfig, state: dict[str, torch.Tensor], shards: int = 2) -> Path:
+    """HF layout: config.json plus model.safetensors, or ``shards`` files with model.safetensors.index.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    if shards == 1:
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return folder
+    names = sorted(state)
+    weight_map = {}
+    for i in range(shards):
+        shard = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: state[n] for n in names[i::shards]}
+        save_file(part, str(folder / shard), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(part, shard))
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return folder
+
+
+def assert_loaded(model: LLaDAV, state: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> None:
+    loaded = model.state_dict()
+    assert set(loaded) == set(state)
+    for name, tensor in state.items():
+        assert loaded[name].dtype == dtype, name
+        assert not loaded[name].is_meta, name
+        torch.testing.assert_close(loaded[name], tensor.to(dtype), rtol=0, atol=0, msg=name)
+
+
+@pytest.fixture
+def cfg() -> LLaDAVConfig:
+    return tiny_config()
+
+
+@pytest.fixture
+def state(cfg: LLaDAVConfig) -> dict[str, torch.Tensor]:
+    return random_state(cfg)
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face cache that every lookup in the test sees; no network is ever used."""
+    cache = tmp_path / "hf-hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def cache_snapshot(cache: Path, repo_id: str = REPO_ID, commit: str = "0123abcd" * 5, ref: bool = True) -> Path:
+    """The folder a download would fill: models--org--name/snapshots/<commit>/, with refs/main naming it."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    if ref:
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+def test_official_parameter_names_are_the_models(cfg: LLaDAVConfig) -> None:
+    names = set(LLaDAV(cfg).state_dict())
+    for name in (
+        "model.embed_tokens.weight",
+        "model.layers.1.self_attn.o_proj.weight",
+        "model.layers.1.mlp.down_proj.weight",
+        "model.norm.weight",
+        "lm_head.weight",
+        "model.vision_tower.vision_tower.vision_model.embeddings.patch_embedding.weight",
+        "model.vision_tower.vision_tower.vision_model.encoder.layers.0.self_attn.out_proj.bias",
+        "model.vision_tower.vision_tower.vision_model.post_layernorm.weight",
+        "model.mm_projector.0.weight",
+        "model.mm_projector.2.bias",
+        "model.image_newline",
+    ):
+        assert name in names, name
+    # LLaDA-V deletes the tower's last layer and its pooling head: neither is in the checkpoint.
+    assert not any(".encoder.layers.1." in n or ".head." in n for n in names if "vision_tower" in n)
+
+
+def test_sharded_checkpoint_loads_every_tensor(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
+    ckpt = load_state(folder)
+    assert len(ckpt) == len(state)
+    assert len(set(ckpt.files.values())) == 2
+    assert ckpt.shapes["lm_head.weight"] == (64, 32)
+    assert ckpt.dtypes["lm_head.weight"] == "F32"
+    torch.testing.assert_close(ckpt["model.norm.weight"], state["model.norm.weight"], rtol=0, atol=0)
+
+    model = load_model(folder)
+    assert model.config == cfg
+    assert not model.training
+    assert_loaded(model, state)
+    logits = model(
+        model.model.embed_tokens(torch.tensor([[1, 2, 3]])),
+        torch.tensor([[4, 5]]),
+        torch.ones(1, 5, dtype=torch.int32),
+        torch.arange(5)[None],
+    )
+    assert logits.shape == (1, 2, 64) and torch.isfinite(logits).all()
+
+
+def test_single_file_checkpoint_loads_and_casts(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=1)
+    assert_loaded(load_model(folder), state)
+    assert_loaded(load_model(folder, dtype=torch.float16), state, dtype=torch.float16)
+    with pytest.raises(ConfigError, match="int64"):
+        load_model(folder, dtype=torch.int64)
+
+
+def test_missing_unexpected_and_misshaped_named_in_one_error(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    del state["model.norm.weight"]
+    del state["model.mm_projector.2.bias"]
+    state["model.vision_tower.vision_tower.vision_model.head.probe"] = torch.zeros(1, 1, 16)
+    state["lm_head.weight"] = torch.zeros(65, 32)
+    folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
+    with pytest.raises(CheckpointError) as err:
+        load_model(folder)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "2 missing" in msg and "model.norm.weight" in msg and "model.mm_projector.2.bias" in msg
+    assert "1 unexpected" in msg and "vision_model.head.probe" in msg
+    assert "1 mis-shaped" in msg and "lm_head.weight: checkpoint [65, 32], model [64, 32]" in msg
+
+
+def test_many_mismatches_are_counted_and_truncated(tmp_path: Path, state: dict) -> None:
+    folder = write_checkpoint(tmp_path / "ckpt", tiny_config(layers=6), state, shards=2)  # weights have 2 layers
+    with pytest.raises(CheckpointError) as err:
+        load_model(folder)
+    msg = str(err.value)
+    assert "36 missing" in msg and "(+28 more)" in msg  # 4 layers x 9 tensors, 8 shown
+    assert "unexpected" not in msg and len(msg) < 1500
+
+
+def test_shard_named_in_index_but_absent(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
+    (folder / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors") as err:
+        load_state(folder)
+    assert "missing" in str(err.value)
+    with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors"):
+        load_model(folder)
+
+
+def test_corrupt_shard_is_named(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
+    shard = folder / "model-00001-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-64])  # a truncated copy
+    with pytest.raises(CheckpointError, match="model-00001-of-00002.safetensors.*corrupt"):
+        load_model(folder)
+
+
+def test_index_entry_its_shard_lacks(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.ghost.weight"] = "model-00001-of-00002.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="model.ghost.weight"):
+        load_state(folder)
+
+
+def test_folder_without_config_or_weights(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=1)
+    (folder / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="no config.json.*model.safetensors"):
+        load_model(folder)
+    with pytest.raises(CheckpointError, match="no config.json"):
+        resolve_checkpoint(folder, REPO_ID)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text(json.dumps(cfg.to_dict()))
+    with pytest.raises(CheckpointError, match="no model.safetensors or model.safetensors.index.json"):
+        load_model(empty)
+    with pytest.raises(CheckpointError, match="does not exist.*--checkpoint"):
+        resolve_checkpoint(tmp_path / "nowhere", REPO_ID)
+
+
+def test_hf_cache_is_found_offline(hub: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    snapshot = write_checkpoint(cache_snapshot(hub), cfg, state, shards=2)
+    assert resolve("llada-v") == snapshot
+    assert resolve_checkpoint(None, REPO_ID) == snapshot
+    assert resolve_checkpoint(REPO_ID, "unused/repo") == snapshot  # a repo id in place of a folder
+    model, folder = load("llada-v")
+    assert folder == snapshot
+    assert_loaded(model, state)
+
+
+def test_hf_cache_without_refs_and_via_hf_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cfg: LLaDAVConfig
+) -> None:
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    snapshot = cache_snapshot(tmp_path / "hf-home" / "hub", ref=False)  # a cache copied without refs/
+    (snapshot / "config.json").write_text(json.dumps(cfg.to_dict()))
+    assert resolve("llada-v") == snapshot
+
+
+def test_empty_hf_cache_says_where_it_looked(hub: Path) -> None:
+    with pytest.raises(CheckpointError) as err:
+        resolve("llada-v")
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "--checkpoint" in msg and str(hub) in msg and "huggingface-cli download GSAI-ML/LLaDA-V" in msg
+
+
+def test_checkpoint_flag_overrides_registry(hub: Path, tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+    folder = write_checkpoint(tmp_path / "mine", cfg, state, shards=1)
+    assert resolve("llada-v", checkpoint=folder) == folder
+    assert resolve("tiny-llada-v", checkpoint=folder) == folder
+    model, where = load("llada-v", checkpoint=str(folder))
+    assert where == folder
+    assert_loaded(model, state)
+
+
+def test_unknown_model_lists_known_names() -> None:
+    with pytest.raises(ConfigError, match="unknown model 'llada-x'.*tiny-llada-v.*llada-v"):
+        get_entry("llada-x")
+    with pytest.raises(ConfigError, match="tiny-llada-v"):
+        resolve("llada-x")
+
+
+def test_registry_entries() -> None:
+    assert set(MODELS) >= {"tiny-llada-v", "llada-v"}
+    assert get_entry("llada-v").repo_id == REPO_ID and get_entry("llada-v").bundled is None
+    assert get_entry("tiny-llada-v").bundled == FIXTURE_DIR.resolve()
+
+
+def test_bundled_fixture_loads() -> None:
+    model, folder = load("tiny-llada-v")
+    assert folder == FIXTURE_DIR.resolve()
+    assert model.config == LLaDAVConfig.from_file(FIXTURE_DIR / "config.json")
+    assert all(not t.is_meta for t in model.state_dict().values())
