@@ -1,0 +1,129 @@
+"""Seer reference path in PyTorch: step-zero statistics, boundary, truncated generation (DESIGN §4).
+
+In:  the model, left-padded prompts, generation settings, the model's Seer calibration.
+Out: step-zero profiles (per layer MLP statistics, end-token probability, step 0's logits) and the Seer
+     ``Generation`` (tokens, L*, steps).
+
+The statistics are read with forward hooks around the untouched model: ``gate_proj``'s output (fraction of
+negative pre-activations) and ``down_proj``'s input h = silu(gate(x)) * up(x) (fraction of |h| < tau_abs),
+both in float32 over the hidden units, at answer positions only. A pass that stops at the probe layer is the
+early exit the step-zero graph implements; a full-depth pass also yields step 0's logits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+import torch
+
+from seer_export.models.llada_v import LLaDAV, window_layout
+from seer_export.sampler import Generation, generate, suppress_special
+from seer_trt.boundary import detect
+from seer_trt.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class StepZero:
+    abs_below: np.ndarray  # [B, layers, N] float32: mean(|h| < tau_abs) per probed layer
+    gate_negative: np.ndarray  # [B, layers, N] float32: mean(gate(x) < 0) per probed layer
+    layers: tuple[int, ...]  # which decoder layers the middle axis holds
+    p_end: np.ndarray | None  # [B, N] float32: p(<|eot_id|>) + p(<|endoftext|>), full depth only
+    logits: torch.Tensor | None  # [B, N, V]: step 0's logits, full depth only
+
+    def profile(self, seer: SeerConfig) -> np.ndarray:
+        """[B, N]: the signal ``seer`` names, at its probe layer."""
+        if seer.signal == "end_token_prob":
+            if self.p_end is None:
+                raise ConfigError("the end_token_prob signal needs a full-depth step-zero pass (full_depth=True)")
+            return self.p_end
+        if seer.probe_layer not in self.layers:
+            raise ConfigError(f"probe layer {seer.probe_layer} was not captured (layers {self.layers}); probe it")
+        stats = self.abs_below if seer.statistic == "abs_below" else self.gate_negative
+        return stats[:, self.layers.index(seer.probe_layer)]
+
+
+@contextlib.contextmanager
+def capture_mlp(model: LLaDAV, layers: tuple[int, ...]):
+    """Record each probed layer's ``gate_proj`` output and ``down_proj`` input during a forward."""
+    seen: dict[int, dict[str, torch.Tensor]] = {k: {} for k in layers}
+    handles = []
+    for k in layers:
+        mlp = model.model.layers[k].mlp
+        handles.append(mlp.gate_proj.register_forward_hook(lambda m, i, o, k=k: seen[k].__setitem__("gate", o)))
+        handles.append(mlp.down_proj.register_forward_pre_hook(lambda m, i, k=k: seen[k].__setitem__("h", i[0])))
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@torch.no_grad()
+def step_zero(
+    model: LLaDAV,
+    prefix_embeds: torch.Tensor,
+    prefix_valid: torch.Tensor,
+    gen_length: int,
+    special: SpecialTokens,
+    layers: tuple[int, ...] | None = None,
+    tau_abs: float = 1e-3,
+    full_depth: bool = True,
+) -> StepZero:
+    """The step-zero pass: every answer position is the mask token.
+
+    Args:
+        layers: decoder layers to probe (all by default).
+        full_depth: run every layer and the head (gives ``p_end`` and ``logits``); otherwise stop after the
+            deepest probed layer, as the early-exit step-zero graph does.
+    """
+    n_layers = len(model.model.layers)
+    layers = tuple(range(n_layers)) if layers is None else tuple(layers)
+    batch, prompt_len = prefix_embeds.shape[:2]
+    kept = torch.full((batch,), gen_length, device=prefix_embeds.device)
+    segment_ids, position_ids = window_layout(prefix_valid, kept, gen_length)
+    gen_ids = torch.full((batch, gen_length), special.mask_id, dtype=torch.long, device=prefix_embeds.device)
+    with capture_mlp(model, layers) as seen:
+        if full_depth:
+            logits = model(prefix_embeds, gen_ids, segment_ids, position_ids)  # [B, N, V]
+        else:
+            embeds = torch.cat([prefix_embeds, model.model.embed_tokens(gen_ids)], dim=1)
+            model.hidden_states(embeds, segment_ids, position_ids, upto=max(layers) + 1)
+            logits = None
+    answer = slice(prompt_len, None)
+    abs_below = torch.stack([(seen[k]["h"][:, answer].float().abs() < tau_abs).float().mean(-1) for k in layers], 1)
+    gate_neg = torch.stack([(seen[k]["gate"][:, answer].float() < 0).float().mean(-1) for k in layers], 1)
+    p_end = None
+    if logits is not None:
+        p = torch.softmax(logits.float(), dim=-1)
+        p_end = (p[..., special.eot_id] + p[..., special.endoftext_id]).cpu().numpy()
+    return StepZero(abs_below.cpu().numpy(), gate_neg.cpu().numpy(), layers, p_end, logits)
+
+
+@torch.no_grad()
+def seer_generate(
+    model: LLaDAV,
+    prefix_embeds: torch.Tensor,
+    prefix_valid: torch.Tensor,
+    gen: GenerationConfig,
+    special: SpecialTokens,
+    seer: SeerConfig,
+    seed: int | list[int] = 0,
+) -> tuple[Generation, np.ndarray]:
+    """Seer: step zero, boundary, one-shot truncation, denoising on the kept window.
+
+    Returns the generation and the step-zero profile [B, N] the boundary was read from.
+    """
+    full = seer.needs_full_depth(len(model.model.layers))
+    layers = (seer.probe_layer,) if seer.signal == "mlp_sparsity" else ()
+    zero = step_zero(model, prefix_embeds, prefix_valid, gen.gen_length, special, layers or None, seer.tau_abs, full)
+    profile = zero.profile(seer)
+    kept = detect(profile, seer)
+    # A full-depth step zero already holds step 0's predictions over the kept positions: reuse them.
+    out = generate(model, prefix_embeds, prefix_valid, gen, special, kept=kept, step0_logits=zero.logits, seed=seed)
+    return out, profile
+
+
+__all__ = ["StepZero", "capture_mlp", "seer_generate", "step_zero", "suppress_special"]
