@@ -44,7 +44,9 @@ def suppress_special(logits: torch.Tensor, masked: torch.Tensor, special: Specia
 def commit_top_k(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Boolean [B, N]: each row's ``k[b]`` most confident positions (stable order breaks ties by position)."""
     order = torch.sort(confidence, dim=1, descending=True, stable=True).indices  # [B, N]
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
+    rank = torch.empty_like(order).scatter_(
+        1, order, torch.arange(order.shape[1], device=order.device).expand_as(order)
+    )
     return rank < k[:, None]
 
 
@@ -94,7 +96,11 @@ def generate(
     x = torch.full((batch, n), special.mask_id, dtype=torch.long, device=device)  # [B, N]
     for t in range(schedule.num_steps):
         masked = x == special.mask_id  # [B, N]
-        logits = step0_logits if (t == 0 and step0_logits is not None) else model(prefix_embeds, x, segment_ids, position_ids)
+        logits = (
+            step0_logits
+            if (t == 0 and step0_logits is not None)
+            else model(prefix_embeds, x, segment_ids, position_ids)
+        )
         logits = suppress_special(logits.float(), masked, special)  # [B, N, V]
         if gen.temperature > 0:
             gumbel = (-torch.log(noise(*logits.shape[1:]))) ** gen.temperature

@@ -61,6 +61,19 @@ def capture_mlp(model: LLaDAV, layers: tuple[int, ...]):
             h.remove()
 
 
+def mlp_statistic(seen: dict[str, torch.Tensor], statistic: str, tau_abs: float) -> torch.Tensor:
+    """[B, S] float32: one probed layer's statistic over its hidden units, from ``capture_mlp``'s record.
+
+    ``abs_below``: mean(|h| < tau_abs) of down_proj's input h; ``gate_negative``: mean(gate(x) < 0). Both in
+    float32 whatever the model's dtype (DESIGN §4); the step-zero graphs compute exactly this.
+    """
+    if statistic == "abs_below":
+        return (seen["h"].float().abs() < tau_abs).float().mean(-1)
+    if statistic == "gate_negative":
+        return (seen["gate"].float() < 0).float().mean(-1)
+    raise ConfigError(f"unknown statistic {statistic!r}; expected 'abs_below' or 'gate_negative'")
+
+
 @torch.no_grad()
 def step_zero(
     model: LLaDAV,
@@ -93,8 +106,8 @@ def step_zero(
             model.hidden_states(embeds, segment_ids, position_ids, upto=max(layers) + 1)
             logits = None
     answer = slice(prompt_len, None)
-    abs_below = torch.stack([(seen[k]["h"][:, answer].float().abs() < tau_abs).float().mean(-1) for k in layers], 1)
-    gate_neg = torch.stack([(seen[k]["gate"][:, answer].float() < 0).float().mean(-1) for k in layers], 1)
+    abs_below = torch.stack([mlp_statistic(seen[k], "abs_below", tau_abs)[:, answer] for k in layers], 1)
+    gate_neg = torch.stack([mlp_statistic(seen[k], "gate_negative", tau_abs)[:, answer] for k in layers], 1)
     p_end = None
     if logits is not None:
         p = torch.softmax(logits.float(), dim=-1)
@@ -126,4 +139,4 @@ def seer_generate(
     return out, profile
 
 
-__all__ = ["StepZero", "capture_mlp", "seer_generate", "step_zero", "suppress_special"]
+__all__ = ["StepZero", "capture_mlp", "mlp_statistic", "seer_generate", "step_zero", "suppress_special"]

@@ -5,7 +5,7 @@ Imports only numpy at module level; torch, transformers and seer_export are neve
 
 from seer_trt.boundary import find_boundaries
 from seer_trt.config import GenerationConfig, SeerConfig, SpecialTokens
-from seer_trt.errors import CheckpointError, ConfigError, InputError, SeerError
+from seer_trt.errors import CheckpointError, ConfigError, InputError, ManifestError, SeerError
 
 __version__ = "0.1.0"
 
@@ -14,6 +14,7 @@ __all__ = [
     "ConfigError",
     "GenerationConfig",
     "InputError",
+    "ManifestError",
     "SeerConfig",
     "SeerError",
     "SpecialTokens",

@@ -21,3 +21,7 @@ class InputError(SeerError, ValueError):
 
 class CheckpointError(SeerError):
     """A checkpoint could not be found, or its tensors do not match the model."""
+
+
+class ManifestError(SeerError):
+    """An export folder's ``manifest.json`` is missing, unreadable, or of a schema this version cannot read."""

@@ -74,7 +74,9 @@ def plan_schedule(gen: GenerationConfig, kept: np.ndarray | None = None, batch: 
         block_end: list[int] = []
         for start in range(0, length, gen.block_length):
             size = min(gen.block_length, length - start)
-            block_steps = steps_per_block if size == gen.block_length else math.ceil(size * steps_per_block / gen.block_length)
+            block_steps = (
+                steps_per_block if size == gen.block_length else math.ceil(size * steps_per_block / gen.block_length)
+            )
             transfer += _spread(size, block_steps)
             block_end += [start + size] * block_steps
         rows_transfer.append(transfer)

@@ -6,9 +6,12 @@ Out: ``Sample``s: a question (with ``<image>`` where the picture goes), an optio
      seeds the trainer never uses.
 
 The image is a grid of cells; the first n cells (reading order) hold a coloured shape, one cell per vision
-patch. Tasks are chosen so a 2M-parameter model can master them (counting, enumerating, repeating) while
-answer lengths vary from 1 to 40 tokens; long-range copying tasks are left out (a probe of this recipe could
-not learn them on CPU).
+patch. Tasks are chosen so a 2M-parameter model can master them in an hour on 2 cores while answer lengths vary
+from 1 to 40 tokens: every long answer rests on one skill, the alignment of answer position j with the number
+j + 1 (count to k, repeat a word k times, enumerate the shapes in the picture), which is also what tells the
+model where the answer ends. Long-range copying and arithmetic over the prompt (reverse, copy, add, count
+from a to b) are left out: a probe of this recipe could not learn them, and counting from a to b stopped a
+few tokens off after 55 minutes.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import numpy as np
 COLORS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 240), "yellow": (235, 220, 40)}
 SHAPES = ("square", "ring", "cross", "dot")
 WORDS = ("cat", "dog", "sun", "tree", "star", "fish", "moon", "box")
-MAX_NUMBER = 60
-TASKS = ("count", "enumerate", "enumerate_color", "colors", "repeat", "count_from")
-TASK_WEIGHTS = (0.12, 0.18, 0.15, 0.1, 0.22, 0.23)
+MAX_NUMBER = 40
+TASKS = ("count", "enumerate", "enumerate_color", "colors", "repeat", "count_to")
+TASK_WEIGHTS = (0.1, 0.18, 0.15, 0.1, 0.24, 0.23)
 IMAGE_TOKEN = "<image>"
 
 
@@ -66,14 +69,12 @@ def render(cells: list[tuple[str, str]], grid: int, cell_px: int) -> np.ndarray:
 def make_sample(rng: np.random.Generator, grid: int = 4, cell_px: int = 8, task: str | None = None) -> Sample:
     """One sample; ``task`` None draws it with the mixture weights."""
     task = task or str(rng.choice(TASKS, p=TASK_WEIGHTS))
-    if task in ("repeat", "count_from"):
-        length = int(rng.integers(1, 41))
+    if task in ("repeat", "count_to"):
+        length = int(rng.integers(1, MAX_NUMBER + 1))
         if task == "repeat":
             word = str(rng.choice(WORDS))
             return Sample(task, f"repeat {word} {length} times .", (word,) * length, None)
-        start = int(rng.integers(0, MAX_NUMBER - length + 2))
-        end = start + length - 1
-        return Sample(task, f"count from {start} to {end} .", tuple(str(i) for i in range(start, end + 1)), None)
+        return Sample(task, f"count to {length} .", tuple(str(i) for i in range(1, length + 1)), None)
     n = int(rng.integers(1, grid * grid + 1))
     cells = [(str(rng.choice(list(COLORS))), str(rng.choice(SHAPES))) for _ in range(n)]
     image = render(cells, grid, cell_px)
@@ -81,7 +82,9 @@ def make_sample(rng: np.random.Generator, grid: int = 4, cell_px: int = 8, task:
     if task == "count":
         return Sample(task, f"{IMAGE_TOKEN}\nhow many shapes ?", (str(n),), image)
     if task == "enumerate":
-        return Sample(task, f"{IMAGE_TOKEN}\ncount the shapes one by one .", tuple(str(i) for i in range(1, n + 1)), image)
+        return Sample(
+            task, f"{IMAGE_TOKEN}\ncount the shapes one by one .", tuple(str(i) for i in range(1, n + 1)), image
+        )
     if task == "enumerate_color":
         color = str(rng.choice(list(COLORS)))
         m = colors.count(color)

@@ -9,7 +9,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from seer_export.fixture import FIXTURE_DIR
 from seer_export.models import (
     MODELS,
     LLaDAV,
@@ -23,6 +22,7 @@ from seer_export.models import (
     resolve,
     resolve_checkpoint,
 )
+from seer_export.models.registry import FIXTURE_DIR
 from seer_trt.config import SeerConfig
 from seer_trt.errors import CheckpointError, ConfigError
 
