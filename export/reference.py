@@ -1,0 +1,222 @@
+"""``seer-reference``: the PyTorch reference, padded baseline vs Seer, on fixture prompts or one prompt.
+
+In:  a registered model (``tiny-llada-v`` bundled, ``llada-v`` from a local checkpoint), held-out task
+     samples drawn from a seed (or ``--prompt`` / ``--image``), generation settings, detectors.
+Out: a markdown table per gen_length: exact match of the baseline and of Seer under each detector, premature
+     cuts, mean kept window over the true length, mean steps; optional JSON.
+
+Detectors: ``calibrated`` (the model's own ``seer`` calibration from its config.json), ``paper`` (the paper's
+rule: |h| < 1e-3 at layer 3, up, 0.03, 0.6, window 3, margin 1) and ``end_token_prob`` (step-zero probability
+of the end tokens, threshold 0.5, margin 1). This is the reference every exported graph and engine is
+compared with; it is not the fast path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from seer_trt.config import GenerationConfig, SeerConfig
+from seer_trt.errors import SeerError
+
+PAPER = SeerConfig()
+END_TOKEN = SeerConfig(signal="end_token_prob", label="end_token_prob")
+HELD_OUT_SEED = 7  # held-out prompts; the trainer draws from seeds >= 1_000_000
+
+
+def detectors_for(model_seer: SeerConfig, names: list[str]) -> dict[str, SeerConfig]:
+    table = {"calibrated": model_seer, "paper": PAPER, "end_token_prob": END_TOKEN}
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SeerError(f"unknown detector(s) {unknown}; choose from {sorted(table)}")
+    return {n: table[n] for n in names}
+
+
+def answer_of(row: np.ndarray, eot_id: int, drop: tuple[int, ...]) -> list[int]:
+    """Answer ids of a generated row: up to the first ``<|eot_id|>``, or the row without padding/masks."""
+    row = row.tolist()
+    if eot_id in row:
+        return row[: row.index(eot_id)]
+    return [t for t in row if t not in drop]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeResult:
+    """One mode (baseline or a detector) over the evaluated samples."""
+
+    answers: list[list[int]]  # decoded answer ids per sample
+    kept: np.ndarray  # [n] kept window
+    steps: np.ndarray  # [n] denoising steps used
+    seconds: float  # wall time of the mode, all batches
+
+
+def run_modes(model, enc, samples, gen: GenerationConfig, detectors: dict[str, SeerConfig], batch: int = 50,
+              progress=None) -> dict[str, ModeResult]:  # fmt: skip
+    """Generate every sample with the padded baseline and with Seer under each detector."""
+    import torch
+
+    from seer_export.sampler import generate
+    from seer_export.seer import seer_generate
+
+    special = enc.special
+    drop = (special.endoftext_id, special.mask_id)
+    acc = {name: ([], [], [], 0.0) for name in ["baseline", *detectors]}
+    with torch.no_grad():
+        for start in range(0, len(samples), batch):
+            chunk = samples[start : start + batch]
+            prefix, valid = enc.prefix(model, chunk)
+            for name in acc:
+                t0 = time.perf_counter()
+                if name == "baseline":
+                    out = generate(model, prefix, valid, gen, special)
+                else:
+                    out, _ = seer_generate(model, prefix, valid, gen, special, detectors[name])
+                answers, kept, steps, secs = acc[name]
+                answers.extend(answer_of(r, special.eot_id, drop) for r in out.tokens)
+                kept.extend(out.kept.tolist())
+                steps.extend(out.steps.tolist())
+                acc[name] = (answers, kept, steps, secs + time.perf_counter() - t0)
+            if progress:
+                progress(min(start + batch, len(samples)), len(samples))
+    return {k: ModeResult(a, np.array(kp), np.array(st), s) for k, (a, kp, st, s) in acc.items()}
+
+
+def metrics(results: dict[str, ModeResult], truth: list[list[int]]) -> dict[str, dict[str, float]]:
+    """Exact match vs ground truth and vs the baseline; premature cuts and kept/true for truncating modes."""
+    true_len = np.array([len(t) + 1 for t in truth])  # answer + <|eot_id|>
+    base = results["baseline"].answers
+    out = {}
+    for name, r in results.items():
+        row = {
+            "exact_match": float(np.mean([a == t for a, t in zip(r.answers, truth, strict=True)])),
+            "match_baseline": float(np.mean([a == b for a, b in zip(r.answers, base, strict=True)])),
+            "mean_steps": float(r.steps.mean()),
+            "seconds": round(r.seconds, 3),
+        }
+        if name != "baseline":
+            row["premature_cut_rate"] = float(np.mean(r.kept < true_len))
+            row["mean_kept_over_true"] = float(np.mean(r.kept / true_len))
+        out[name] = row
+    return out
+
+
+def table(gen_length: int, m: dict[str, dict[str, float]], labels: dict[str, str]) -> str:
+    lines = [
+        f"gen_length {gen_length}",
+        "| mode | exact match | = baseline | premature cuts | kept / true | mean steps | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, row in m.items():
+        pre = f"{100 * row['premature_cut_rate']:.1f} %" if "premature_cut_rate" in row else "-"
+        ratio = f"{row['mean_kept_over_true']:.2f}x" if "mean_kept_over_true" in row else "-"
+        lines.append(
+            f"| {labels.get(name, name)} | {100 * row['exact_match']:.1f} % | {100 * row['match_baseline']:.1f} % "
+            f"| {pre} | {ratio} | {row['mean_steps']:.1f} | {row['seconds']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def describe(seer: SeerConfig) -> str:
+    if seer.signal == "end_token_prob":
+        return f"end_token_prob (p > {seer.end_prob_threshold}, margin {seer.margin})"
+    stat = f"|h| < {seer.tau_abs:g}" if seer.statistic == "abs_below" else "gate < 0"
+    return (f"{stat} @ layer {seer.probe_layer}, {seer.direction}, tau_jump {seer.tau_jump:g}, "
+            f"gamma {seer.gamma:g}, window {seer.window}, margin {seer.margin}")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="seer-reference",
+        description="Run the PyTorch reference of LLaDA-V with and without Seer on held-out fixture prompts "
+        "(or one --prompt) and print exact match, premature cuts and kept windows side by side.",
+    )
+    ap.add_argument("--model", default="tiny-llada-v", help="registered model name (default: tiny-llada-v)")
+    ap.add_argument("--checkpoint", type=Path, help="local checkpoint folder (llada-v); default: the HF cache")
+    ap.add_argument("--n", type=int, default=16, help="held-out samples to evaluate (default 16)")
+    ap.add_argument("--seed", type=int, default=HELD_OUT_SEED, help="seed of the held-out samples")
+    ap.add_argument("--gen-length", type=int, nargs="+", help="answer windows (default: the model's)")
+    ap.add_argument("--steps", type=int, help="denoising steps (default: = gen_length)")
+    ap.add_argument("--detectors", nargs="+", default=["calibrated", "paper", "end_token_prob"],
+                    help="boundary detectors to compare: calibrated, paper, end_token_prob")  # fmt: skip
+    ap.add_argument("--batch", type=int, default=50, help="rows per forward")
+    ap.add_argument("--prompt", help="one user message instead of the fixture task (use <image> for the image)")
+    ap.add_argument("--image", type=Path, help="image file for --prompt")
+    ap.add_argument("--json", type=Path, help="write the figures as JSON here")
+    ap.add_argument("--verbose", action="store_true", help="show tracebacks")
+    return ap
+
+
+def _one_prompt(model, enc, args, gen: GenerationConfig, detectors: dict[str, SeerConfig]) -> None:
+    from seer_trt.tasks import Sample
+
+    image = None
+    if args.image:
+        from PIL import Image
+
+        try:
+            image = np.asarray(Image.open(args.image).convert("RGB"))
+        except OSError as err:
+            raise SeerError(f"cannot read image {args.image}: {err}") from None
+        if "<image>" not in args.prompt:
+            args.prompt = "<image>\n" + args.prompt
+    sample = Sample("prompt", args.prompt, (), image)
+    results = run_modes(model, enc, [sample], gen, detectors)
+    for name, r in results.items():
+        text = enc.tokenizer.decode(r.answers[0], skip_special_tokens=True)
+        print(f"{name:>15}: L* {int(r.kept[0]):4d}  steps {int(r.steps[0]):4d}  {text!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        import torch
+
+        from seer_export.fixture import TaskEncoder
+        from seer_export.models.registry import load
+        from seer_trt.tasks import make_samples
+
+        torch.manual_seed(0)
+        model, folder = load(args.model, args.checkpoint)
+        model.eval()
+        enc = TaskEncoder(folder, model.config)
+        detectors = detectors_for(model.config.seer, args.detectors)
+        lengths = args.gen_length or [model.config.generation.gen_length]
+        report: dict = {"model": args.model, "n": args.n, "seed": args.seed, "detectors": {}}
+        for name, seer in detectors.items():
+            report["detectors"][name] = seer.to_dict()
+            print(f"detector {name}: {describe(seer)} [{seer.label}]")
+        for n in lengths:
+            gen = GenerationConfig(gen_length=n, steps=args.steps or n, block_length=n)
+            if args.prompt:
+                _one_prompt(model, enc, args, gen, detectors)
+                continue
+            vision = model.config.vision
+            samples = make_samples(args.seed, args.n, vision.image_size // vision.patch_size, vision.patch_size)
+            truth = [enc.answer_ids(s)[:-1] for s in samples]
+            too_long = sum(len(t) + 1 > n for t in truth)
+            if too_long:
+                print(f"note: {too_long} of {len(samples)} answers are longer than gen_length {n}", file=sys.stderr)
+            results = run_modes(model, enc, samples, gen, detectors, args.batch,
+                                progress=lambda i, k: print(f"  {i}/{k}", file=sys.stderr, end="\r"))  # fmt: skip
+            m = metrics(results, truth)
+            report[str(n)] = m
+            print(table(n, m, {"baseline": "baseline (padded)"}))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+        return 0
+    except SeerError as err:
+        if args.verbose:
+            raise
+        print(f"seer-reference: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Train the bundled ``tiny-llada-v`` fixture on the synthetic task, on the CPU, within a time budget.
+
+    python tools/train_fixture.py --minutes 50 --out export/fixtures/tiny-llada-v
+
+LLaDA-V's SFT recipe (DESIGN §9): per sample a mask ratio t ~ U(eps, 1); each window position (answer,
+``<|eot_id|>`` and the ``<|endoftext|>`` padding) is masked with probability t; the loss is the cross-entropy
+on masked positions divided by t, averaged over the window. Windows have a random length per sample: often
+only just longer than the answer (the windows Seer truncates to), otherwise anything up to the batch's
+window, drawn per batch, as SFT pads each batch to its longest sample. The learning rate follows the elapsed
+fraction of the budget (warm-up, cosine). A checkpoint is written every few minutes (temp file, then rename).
+Never run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from seer_export.fixture import TaskEncoder, build_tokenizer, fixture_config, write_tokenizer
+from seer_export.models.llada_v import LLaDAV, window_layout
+from seer_export.models.registry import FIXTURE_DIR
+from seer_trt.tasks import make_sample
+
+MAX_WINDOW = 128
+TRAIN_SEED = 1_000_000  # held-out sets use seeds below this
+
+
+def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int):
+    """Samples and per-sample window lengths for one batch whose window is drawn per batch."""
+    r = rng.random()  # the batch's window: mostly short (cheap, and the truncated windows Seer keeps), 128 at times
+    g = (
+        int(rng.integers(4, 48))
+        if r < 0.45
+        else int(rng.integers(48, 80))
+        if r < 0.85
+        else int(rng.integers(80, MAX_WINDOW + 1))
+    )
+    samples, lengths = [], []
+    while len(samples) < batch:
+        s = make_sample(rng)
+        need = len(enc.answer_ids(s))
+        if need > g:
+            continue
+        tight = rng.random() < 0.5
+        w = min(g, need + int(rng.integers(0, 4))) if tight else int(rng.integers(need, g + 1))
+        samples.append(s)
+        lengths.append(w)
+    return samples, lengths, g
+
+
+def save(model: LLaDAV, out: Path, meta: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "model.safetensors.tmp"
+    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, out / "model.safetensors")
+    (out / "training.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=50.0, help="wall-clock training budget")
+    ap.add_argument("--out", type=Path, default=FIXTURE_DIR, help="fixture folder to write")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--resume", action="store_true", help="start from the weights already in --out (fine-tune)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--pad-eot",
+        type=float,
+        default=0.3,
+        help="share of <|eot_id|> in the padding positions' target (the rest <|endoftext|>); see below",
+    )
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast for matmuls (fp32 weights and loss)")
+    args = ap.parse_args()
+
+    torch.manual_seed(args.seed)
+    write_tokenizer(args.out)
+    cfg = fixture_config(build_tokenizer().get_vocab_size())
+    (args.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    enc = TaskEncoder(args.out, cfg)
+    model = LLaDAV(cfg)
+    for p in model.parameters():  # small init: tiny models train faster from it
+        if p.dim() > 1:
+            torch.nn.init.normal_(p, std=0.02)
+    previous = None
+    if args.resume:
+        model.load_state_dict(load_file(str(args.out / "model.safetensors")))
+        previous = json.loads((args.out / "training.json").read_text())
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"parameters: {n_params / 1e6:.2f}M  vocab {cfg.text.vocab_size}", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    rng = np.random.default_rng(TRAIN_SEED + args.seed)
+    budget = args.minutes * 60
+    start = last_save = time.time()
+    step, ema = 0, None
+    while (elapsed := time.time() - start) < budget:
+        frac = elapsed / budget
+        lr = args.lr * min(1.0, frac / 0.03) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        samples, lengths, g = draw_batch(rng, enc, args.batch)
+        target = torch.tensor([enc.window(s, g) for s in samples])  # [B, G], padded to g with endoftext
+        kept = torch.tensor(lengths)
+        in_window = torch.arange(g)[None] < kept[:, None]  # [B, G]
+        t = torch.rand(args.batch, 1) * (1 - 1e-3) + 1e-3  # mask ratio per sample
+        masked = (torch.rand(args.batch, g) < t) & in_window
+        gen_ids = torch.where(masked, torch.full_like(target, enc.special.mask_id), target)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            prefix, valid = enc.prefix(model, samples)
+        segment_ids, position_ids = window_layout(valid, kept, g)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = model(prefix, gen_ids, segment_ids, position_ids).float()  # [B, G, V]
+        logp = F.log_softmax(logits, dim=-1)  # [B, G, V]
+        ce = -logp.gather(-1, target[..., None])[..., 0]  # [B, G]
+        # Padding targets <|endoftext|> with a share of <|eot_id|>: LLaDA-V's sampler bans <|endoftext|> at
+        # masked positions, so what a padding position commits is the model's second choice. Real LLaDA-V fills
+        # it with <|eot_id|>; a hard one-hot target leaves the fixture's second choice to chance (more content).
+        pad = target == enc.special.endoftext_id
+        ce = torch.where(pad, (1 - args.pad_eot) * ce - args.pad_eot * logp[..., enc.special.eot_id], ce)
+        loss = ((ce * masked / t).sum(1) / kept).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if step % 50 == 0:
+            print(f"step {step:5d}  {elapsed / 60:5.1f} min  lr {lr:.2e}  loss {ema:.4f}", flush=True)
+        if time.time() - last_save > 300:
+            save(model, args.out, {"previous": previous, "steps": step, "minutes": elapsed / 60, "loss_ema": ema})
+            last_save = time.time()
+    save(model, args.out, {"previous": previous, "steps": step, "pad_eot": args.pad_eot, "minutes": (time.time() - start) / 60, "loss_ema": ema,
+                           "batch": args.batch, "lr": args.lr, "parameters": n_params})  # fmt: skip
+    print(f"done: {step} steps, loss {ema:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
