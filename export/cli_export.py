@@ -1,0 +1,81 @@
+"""``seer-export``: a LLaDA-V checkpoint -> ONNX graphs, tokenizer and ``manifest.json``, validated (DESIGN §5).
+
+In:  ``--model NAME`` (``tiny-llada-v`` bundled, ``llada-v`` from ``--checkpoint DIR`` or the local HF cache),
+     ``--out DIR``, precision, opset, which graphs.
+Out: the export folder (``seer_export.onnx_export.run_export``); one progress line per stage; the parity
+     table. Bad input: one line on stderr, exit 2 (``--verbose`` shows the traceback).
+
+Only argparse and ``seer_trt.graphs`` are imported at module level, so ``--help`` starts instantly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from seer_trt.errors import SeerError
+from seer_trt.graphs import GRAPH_NAMES, GRAPHS
+
+PROG = "seer-export"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, like every other bad input
+        print(f"{PROG}: error: {message}; see {PROG} --help", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    graphs = "; ".join(f"{g.name}: {g.summary}" for g in GRAPHS.values())
+    ap = _Parser(
+        prog=PROG,
+        description="Export LLaDA-V to ONNX graphs (embedding, vision, Seer step zero, denoising) with a "
+        "manifest, validated against PyTorch with ONNX Runtime. Output is written to a temporary folder "
+        "next to --out and moved into place only when complete.",
+    )
+    ap.add_argument("--model", default="tiny-llada-v", help="registered model: tiny-llada-v (bundled), llada-v")
+    ap.add_argument("--checkpoint", type=Path, help="checkpoint folder (config.json, safetensors, tokenizer)")
+    ap.add_argument("--out", type=Path, help="output folder (default: engines/MODEL-DTYPE)")
+    ap.add_argument("--dtype", default="fp32", help="fp32 or fp16 (statistics and softmax stay fp32)")
+    ap.add_argument("--opset", type=int, default=20, help="ONNX opset, 20-22 (default 20)")
+    ap.add_argument("--graphs", nargs="+", default=list(GRAPH_NAMES), metavar="GRAPH",
+                    help=f"graphs to export (default: all). {graphs}")  # fmt: skip
+    ap.add_argument("--no-validate", action="store_true", help="skip ONNX Runtime vs PyTorch validation")
+    ap.add_argument("--samples", type=int, default=16, help="held-out prompts of the end-to-end check")
+    ap.add_argument("--force", action="store_true", help="replace a non-empty --out (only once complete)")
+    ap.add_argument("--save-goldens", action="store_true", help="write Polygraphy JSON inputs/outputs")
+    ap.add_argument("--verbose", action="store_true", help="exporter output and tracebacks")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        from seer_export.onnx_export import ExportOptions, run_export
+
+        options = ExportOptions(
+            model=args.model,
+            checkpoint=args.checkpoint,
+            out=args.out,
+            dtype=args.dtype,
+            opset=args.opset,
+            graphs=tuple(args.graphs),
+            validate=not args.no_validate,
+            force=args.force,
+            save_goldens=args.save_goldens,
+            samples=args.samples,
+            verbose=args.verbose,
+        )
+        run_export(options, log=lambda line: print(line, flush=True))
+        return 0
+    except SeerError as err:
+        if args.verbose:
+            raise
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""Validation inside export: the graphs under ONNX Runtime vs PyTorch, then a Seer generation through them (§5).
+
+In:  the export folder being written (graphs, draft manifest), the checkpoint folder, ``ExportOptions``.
+Out: ``ParityReport`` (stored in the manifest): per graph, output and input case the max abs / rel error and
+     agreement against ``seer_trt.graphs.TOLERANCES``; the end-to-end token agreement of
+     ``seer_export.onnx_generate.seer_generate`` with ``seer_export.seer.seer_generate`` on held-out fixture
+     prompts (answer tokens through the first ``<|eot_id|>``; the whole-window figure is stored beside it). A summary table is printed; ``--save-goldens`` writes Polygraphy JSON inputs and outputs.
+
+Cases for the four window graphs: one row; a left-padded batch whose rows keep different answer windows; a
+batch of other lengths; and two rows packed into one sequence (segment ids 1 and 2, positions restarting),
+whose reference is the two rows run separately, so packing must not change a row's outputs. The reference
+is the fp32 PyTorch model with the graph's own module (``seer_export.graphs``) around it; float inputs are
+rounded to the graph's precision first, so fp16 rows measure the graph's arithmetic, not its inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from seer_export.graphs import build
+from seer_export.models.llada_v import LLaDAV
+from seer_export.models.loading import load_model
+from seer_export.onnx_generate import PROVIDER, OnnxGraphs, left_pad, prompt_embeds, window_layout
+from seer_trt.config import SeerConfig
+from seer_trt.graphs import TOKEN_AGREEMENT, GraphSpec, TensorSpec, tolerance
+from seer_trt.manifest import EndToEnd, Manifest, ParityReport, ParityRow
+
+if TYPE_CHECKING:
+    from seer_export.onnx_export import ExportOptions
+
+HELD_OUT_SEED = 7  # fixture prompts the trainer never saw (seer_trt.tasks: training uses seeds >= 1_000_000)
+# (name, prompt lengths, kept answer lengths, answer window G): the left-padded and mixed-length batches
+WINDOW_CASES = (
+    ("b1 p9 g16", (9,), (16,), 16),
+    ("b3 p12 g20 left-padded", (12, 7, 4), (20, 13, 6), 20),
+    ("b2 p5 g33", (5, 5), (33, 33), 33),
+)
+PACKED_CASE = ("packed 2 rows p8+5 g10+7", (8, 5), (10, 7))
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    feeds: dict[str, np.ndarray]  # graph inputs, float ones in the graph's precision
+    reference: dict[str, np.ndarray]  # PyTorch outputs by name
+    probs: np.ndarray | None = None  # [B, G, V] reference softmax of the suppressed logits, for graphs with x0
+
+
+def _torch_outputs(module: torch.nn.Module, spec: GraphSpec, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    args = []
+    for t in spec.inputs:
+        a = torch.from_numpy(np.ascontiguousarray(feeds[t.name]))
+        args.append(a.float() if a.is_floating_point() else a)  # the fp32 reference on the rounded inputs
+    with torch.no_grad():
+        out = module(*args)
+    out = out if isinstance(out, tuple) else (out,)
+    return {t.name: o.detach().cpu().numpy() for t, o in zip(spec.outputs, out, strict=True)}
+
+
+def _window_feeds(
+    rng: np.random.Generator, table: np.ndarray, prompts: tuple[int, ...], kept: tuple[int, ...], g: int,
+    mask_id: int, all_masks: bool, dtype: np.dtype,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Left-padded prompts of embedded random ids, answer windows of masks (and tokens unless ``all_masks``)."""
+    rows = [table[rng.integers(0, table.shape[0], p)] for p in prompts]
+    prefix, valid = left_pad(rows)
+    segment_ids, position_ids = window_layout(valid, np.array(kept), g)
+    gen_ids = rng.integers(0, table.shape[0], (len(prompts), g))
+    gen_ids = np.where(all_masks | (rng.random(gen_ids.shape) < 0.5), mask_id, gen_ids)
+    return dict(prefix_embeds=prefix.astype(dtype), gen_ids=gen_ids.astype(np.int64), segment_ids=segment_ids,
+                position_ids=position_ids)  # fmt: skip
+
+
+def _pack(rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One sequence holding every row: prompts, then answers; segment r + 1 and positions restarting per row."""
+    prompts = [r["prefix_embeds"].shape[1] for r in rows]
+    answers = [r["gen_ids"].shape[1] for r in rows]
+    segment = [np.full(p, i + 1) for i, p in enumerate(prompts)] + [np.full(a, i + 1) for i, a in enumerate(answers)]
+    position = [np.arange(p) for p in prompts] + [np.arange(p, p + a) for p, a in zip(prompts, answers, strict=True)]
+    return dict(
+        prefix_embeds=np.concatenate([r["prefix_embeds"] for r in rows], axis=1),
+        gen_ids=np.concatenate([r["gen_ids"] for r in rows], axis=1),
+        segment_ids=np.concatenate(segment)[None].astype(np.int32),
+        position_ids=np.concatenate(position)[None].astype(np.int64),
+    )
+
+
+def make_cases(spec: GraphSpec, model: LLaDAV, manifest: Manifest, seed: int = 0) -> list[Case]:
+    """Input cases of graph ``spec`` with their PyTorch reference outputs."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(manifest.precision)
+    module = build(spec.name, model, manifest.special_tokens, manifest.seer)
+
+    def ref(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return _torch_outputs(module, spec, feeds)
+
+    has_x0 = any(t.kind == "index" for t in spec.outputs)
+    logits_module = build("denoise_logits", model, manifest.special_tokens, manifest.seer) if has_x0 else None
+
+    def probs(feeds: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Where x0 differs, the reference tells whether it was a near-tie (see ``compare``)."""
+        if logits_module is None:
+            return None
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[t.name])) for t in spec.inputs]
+        with torch.no_grad():
+            logits = logits_module(*[a.float() if a.is_floating_point() else a for a in args])
+        return torch.softmax(logits, dim=-1).numpy()
+
+    vocab = manifest.model.vocab_size
+    if spec.name == "embed":
+        feeds = [{"input_ids": rng.integers(0, vocab, shape).astype(np.int64)} for shape in ((1, 6), (3, 17))]
+        return [Case(f"b{f['input_ids'].shape[0]} s{f['input_ids'].shape[1]}", f, ref(f)) for f in feeds]
+    if spec.name == "vision":
+        size = manifest.vision.image_size
+        feeds = [{"pixel_values": rng.uniform(-1, 1, (n, 3, size, size)).astype(dtype)} for n in (1, 3)]
+        return [Case(f"{f['pixel_values'].shape[0]} tile(s)", f, ref(f)) for f in feeds]
+    table = model.model.embed_tokens.weight.detach().float().numpy()  # prompts: embedded random ids
+    all_masks = spec.name.startswith("step_zero")  # step zero sees an all-mask window
+    mask_id = manifest.special_tokens.mask_id
+    cases = []
+    for name, prompts, kept, g in WINDOW_CASES:
+        feeds = _window_feeds(rng, table, prompts, kept, g, mask_id, all_masks, dtype)
+        cases.append(Case(name, feeds, ref(feeds), probs(feeds)))
+    name, prompts, answers = PACKED_CASE
+    rows = [
+        _window_feeds(rng, table, (p,), (a,), a, mask_id, all_masks, dtype)
+        for p, a in zip(prompts, answers, strict=True)
+    ]
+    singles = [ref(r) for r in rows]
+    reference = {
+        t.name: np.concatenate([s[t.name] for s in singles], axis=t.shape.index("answer")) for t in spec.outputs
+    }
+    row_probs = [probs(r) for r in rows]
+    packed_probs = None if logits_module is None else np.concatenate(row_probs, axis=1)
+    cases.append(Case(name, _pack(rows), reference, packed_probs))
+    return cases
+
+
+def compare(
+    graph: str, out: TensorSpec, case: str, got: np.ndarray, want: np.ndarray, precision: str,
+    probs: np.ndarray | None = None,
+) -> ParityRow:  # fmt: skip
+    """One output of one case against its row of ``seer_trt.graphs.TOLERANCES``.
+
+    "value": |got - want| <= atol + rtol * max(|want|, rms), rms over the last axis's finite values: rounding
+    error in a matmul's output follows the size of the vector it belongs to, not of the single element, so a
+    near-zero logit next to large ones is held to the vector's scale. "fraction": |got - want| <= atol.
+    "index": equal, or a near-tie in the reference: the reference probability of the graph's choice is within
+    atol of the reference's own choice's (``probs``); ``max_abs`` is then the largest such gap.
+    """
+    tol = tolerance(precision, out.kind)
+    if got.shape != want.shape:
+        return ParityRow(graph, out.name, case, out.kind, np.inf, np.inf, 0.0, tol.atol, tol.rtol, tol.agreement, False)
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    same = got64 == want64  # also equal infinities (suppressed logits are -inf on both sides)
+    if out.kind == "index":
+        gap = np.zeros(got.shape)
+        if probs is not None:
+            p_got = np.take_along_axis(probs, got[..., None], axis=-1)[..., 0]
+            p_want = np.take_along_axis(probs, want[..., None], axis=-1)[..., 0]
+            gap = np.where(same, 0.0, p_want - p_got)
+        within = same | ((gap <= tol.atol) & (probs is not None))
+        agreement = float(within.mean()) if within.size else 1.0
+        return ParityRow(graph, out.name, case, out.kind, float(gap.max(initial=0.0)), 0.0, agreement, tol.atol,
+                         tol.rtol, tol.agreement, agreement >= tol.agreement)  # fmt: skip
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(got64 - want64))  # NaN stays NaN: never within tolerance
+        finite = np.where(np.isfinite(want64), want64, 0.0)
+        rms = np.sqrt((finite**2).mean(axis=-1, keepdims=True)) if want.ndim else np.abs(finite)
+    scale = np.maximum(np.abs(want64), rms) if out.kind == "value" else np.zeros_like(want64)
+    within = diff <= tol.atol + tol.rtol * scale
+    scaled = np.abs(want64) > tol.atol
+    max_abs = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))) if diff.size else 0.0
+    max_rel = float((diff[scaled] / np.abs(want64[scaled])).max()) if scaled.any() else 0.0
+    agreement = float(within.mean()) if within.size else 1.0
+    return ParityRow(graph, out.name, case, out.kind, max_abs, max_rel, agreement, tol.atol, tol.rtol, 1.0,
+                     bool(within.all()))  # fmt: skip
+
+
+def summary_table(rows: list[ParityRow], precision: str) -> str:
+    """One line per graph output: the worst case's figures."""
+    lines = [
+        "| graph | output | dtype | cases | max abs | max rel | agreement | tolerance | ok |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    keys = list(dict.fromkeys((r.graph, r.output) for r in rows))
+    for graph, output in keys:
+        group = [r for r in rows if (r.graph, r.output) == (graph, output)]
+        kind = group[0].kind
+        tol = (f"equal or p gap <= {group[0].atol:g}" if kind == "index"
+               else f"atol {group[0].atol:g} rtol {group[0].rtol:g}")  # fmt: skip
+        lines.append(
+            f"| {graph} | {output} | {precision} | {len(group)} | {max(r.max_abs for r in group):.2e} "
+            f"| {max(r.max_rel for r in group):.2e} | {100 * min(r.agreement for r in group):.2f} % | {tol} "
+            f"| {'yes' if all(r.passed for r in group) else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def save_goldens(folder: Path, spec: GraphSpec, cases: list[Case]) -> None:
+    """Polygraphy JSON: ``{graph}.inputs.json`` (feed dicts) and ``{graph}.outputs.json`` (RunResults)."""
+    from polygraphy.comparator import IterationResult, RunResults
+    from polygraphy.json import save_json
+
+    folder.mkdir(exist_ok=True)
+    save_json([c.feeds for c in cases], folder / f"{spec.name}.inputs.json")
+    results = [IterationResult(outputs=c.reference, runner_name="pytorch") for c in cases]
+    RunResults([("pytorch", results)]).save(str(folder / f"{spec.name}.outputs.json"))
+
+
+def answer_positions(tokens: np.ndarray, kept: np.ndarray, eot_id: int) -> np.ndarray:
+    """[B, N] bool: each row's answer, positions 0 through its first ``<|eot_id|>`` (its kept window without one).
+
+    What the user reads (DESIGN §8 counts valid tokens the same way); what follows the end token is dropped by
+    decoding, and there a model's near-tied guesses flip under fp16 rounding without changing any answer.
+    """
+    positions = np.arange(tokens.shape[1])[None]  # [1, N]
+    is_eot = tokens == eot_id
+    end = np.where(is_eot.any(axis=1), is_eot.argmax(axis=1) + 1, kept)  # [B] exclusive end
+    return positions < end[:, None]
+
+
+def describe(seer: SeerConfig) -> str:
+    """``paper: mlp_sparsity abs_below @ layer 3``: how the report names a detector."""
+    where = f" {seer.statistic} @ layer {seer.probe_layer}" if seer.signal == "mlp_sparsity" else ""
+    return f"{seer.label}: {seer.signal}{where}"
+
+
+def end_to_end(
+    graphs: OnnxGraphs, model: LLaDAV, manifest: Manifest, checkpoint: Path, samples: int
+) -> EndToEnd | None:
+    """Seer through the graphs vs ``seer_generate`` in PyTorch on held-out fixture prompts; None when the export
+    lacks a graph the generation needs."""
+    from seer_export.fixture import TaskEncoder
+    from seer_export.onnx_generate import seer_generate as onnx_seer
+    from seer_export.seer import seer_generate
+    from seer_trt.preprocess import pixel_tiles
+    from seer_trt.tasks import make_samples
+
+    seer = manifest.seer
+    zero = "step_zero_full" if seer.needs_full_depth(manifest.model.num_layers) else "step_zero"
+    if any(g not in manifest.graphs for g in ("embed", "vision", zero, "denoise")):
+        return None
+    gen = dataclasses.replace(manifest.generation, temperature=0.0, remasking="low_confidence")
+    enc = TaskEncoder(checkpoint, model.config)
+    vision = manifest.vision
+    batch = make_samples(HELD_OUT_SEED, samples, vision.image_size // vision.patch_size, vision.patch_size)
+    prefix, valid = enc.prefix(model, batch)
+    ref, _ = seer_generate(model, prefix, valid, gen, manifest.special_tokens, seer)
+    prompts = []
+    for s in batch:
+        tiles = None if s.image is None else pixel_tiles(s.image, vision.image_size)
+        prompts.append(prompt_embeds(graphs, enc.prompt_ids(s), tiles))
+    onnx_prefix, onnx_valid = left_pad(prompts)
+    out = onnx_seer(graphs, onnx_prefix, onnx_valid, gen, seer)
+    same = out.tokens == ref.tokens  # [B, N]
+    answer = answer_positions(ref.tokens, ref.kept, manifest.special_tokens.eot_id)  # [B, N] bool
+    agreement = float(same[answer].mean())
+    required = TOKEN_AGREEMENT[manifest.precision]
+    return EndToEnd(
+        samples=samples,
+        seed=HELD_OUT_SEED,
+        gen_length=gen.gen_length,
+        steps=gen.steps,
+        detector=describe(seer),
+        token_agreement=agreement,
+        window_agreement=float(same.mean()),
+        answer_match=float((same | ~answer).all(axis=1).mean()),
+        kept_agreement=float((out.kept == ref.kept).mean()),
+        required=required,
+        passed=agreement >= required,
+    )
+
+
+def validate(
+    folder: Path, manifest: Manifest, checkpoint: Path, options: ExportOptions, stage: Callable[[str], None]
+) -> ParityReport:
+    """Every exported graph vs PyTorch on the parity cases, then the end-to-end generation.
+
+    Args:
+        folder: the export folder holding the graphs.
+        manifest: the draft manifest (graphs, special ids, calibration).
+        checkpoint: the checkpoint folder (weights and tokenizer).
+        options: ``ExportOptions`` (``save_goldens``, ``samples``).
+        stage: progress callback, one line per stage.
+    """
+    model = load_model(checkpoint, dtype=torch.float32)
+    graphs = OnnxGraphs(folder, manifest)
+    rows: list[ParityRow] = []
+    for name, entry in manifest.graphs.items():
+        cases = make_cases(entry.spec, model, manifest)
+        for case in cases:
+            got = graphs.run(name, **case.feeds)
+            rows += [compare(name, t, case.name, got[t.name], case.reference[t.name], manifest.precision, case.probs)
+                     for t in entry.spec.outputs]  # fmt: skip
+        if options.save_goldens:
+            save_goldens(folder / "goldens", entry.spec, cases)
+        bad = sum(not r.passed for r in rows if r.graph == name)
+        stage(f"parity {name}: {len(cases)} cases, {'ok' if not bad else f'{bad} output(s) out of tolerance'}")
+    e2e = end_to_end(graphs, model, manifest, checkpoint, options.samples)
+    graphs.release()
+    if e2e is None:
+        stage("end-to-end Seer check skipped: needs the embed, vision, step-zero and denoise graphs")
+    else:
+        stage(
+            f"end-to-end Seer ({e2e.detector}) on {e2e.samples} held-out prompts, gen_length {e2e.gen_length}: "
+            f"answer-token agreement {100 * e2e.token_agreement:.2f} % (required {100 * e2e.required:.0f} %), "
+            f"whole window {100 * e2e.window_agreement:.2f} %, identical answers {100 * e2e.answer_match:.0f} %, "
+            f"same L* {100 * e2e.kept_agreement:.0f} %"
+        )
+    failed = [f"{r.graph}.{r.output} [{r.case}]" for r in rows if not r.passed]
+    if e2e is not None and not e2e.passed:
+        failed.append(f"end-to-end token agreement {100 * e2e.token_agreement:.2f} %")
+    return ParityReport(
+        status="failed" if failed else "passed",
+        reference=f"PyTorch float32 (seer_export), ONNX Runtime {PROVIDER}",
+        rows=tuple(rows),
+        end_to_end=e2e,
+        note=("out of tolerance: " + ", ".join(failed[:6])) if failed else "",
+    )

@@ -1,0 +1,246 @@
+"""The exported graphs' contract: names, dtypes and axes of every input and output (DESIGN §5).
+
+In:  the model's dims (hidden size, vocab, layers, vision tile geometry) and the export precision.
+Out: one ``GraphSpec`` per graph; ``LengthBuckets`` (the length profiles engines are built for); the parity
+     tolerance table. The exporter, the manifest, the engine builder and the runtime all read these; nothing
+     else spells a graph's I/O.
+
+Axes are symbolic names or fixed sizes. Dynamic axes: ``batch``, ``prompt`` (prompt embeddings), ``answer``
+(the answer window), ``seq`` (= prompt + answer), ``tiles`` (image tiles), ``tokens`` (ids to embed). Model
+axes (``hidden``, ``vocab``, ``layers``, ``image_size``, ``tile_tokens``) are fixed per model and resolved by
+``graph_specs``. ``float`` marks a tensor in the graph's precision (float32 or float16); statistics,
+probabilities and logits are float32 in every precision.
+
+    prompt ids ──► embed ──┐
+    pixel tiles ► vision ──┴► (runtime splices image features + newline) ► prefix_embeds [B, P, D]
+    prefix_embeds, gen_ids, segment_ids, position_ids ─► step_zero      ─► sparsity [B, G]
+                                                       ─► step_zero_full ─► sparsity_layers, p_end, x0, confidence
+                                                       ─► denoise        ─► x0, confidence
+                                                       ─► denoise_logits ─► logits
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from seer_trt.errors import ConfigError
+
+Axis = str | int
+Kind = Literal["value", "fraction", "index"]
+
+FLOAT = "float"  # the graph's precision, resolved by ``graph_specs``
+PRECISIONS = {"fp32": "float32", "fp16": "float16"}  # --dtype value -> numpy / manifest dtype name
+DTYPES = ("float32", "float16", "int64", "int32")
+DYNAMIC_AXES = ("batch", "prompt", "answer", "seq", "tiles", "tokens")
+MODEL_AXES = ("hidden", "vocab", "layers", "image_size", "tile_tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a graph."""
+
+    name: str  # the ONNX input/output name
+    dtype: str  # "float32" | "float16" | "int64" | "int32", or FLOAT before ``resolve``
+    shape: tuple[Axis, ...]  # a symbolic axis name (DYNAMIC_AXES, MODEL_AXES) or a fixed size per axis
+    kind: Kind = "value"  # how parity compares it: "value" (close), "fraction" (a mean of 0/1), "index" (equal)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if self.dtype not in DTYPES + (FLOAT,):
+            raise ConfigError(f"tensor {self.name!r}: dtype {self.dtype!r} is not one of {DTYPES}")
+        unknown = [a for a in self.shape if isinstance(a, str) and a not in DYNAMIC_AXES + MODEL_AXES]
+        if unknown:
+            raise ConfigError(f"tensor {self.name!r}: unknown axis name(s) {unknown}; expected {DYNAMIC_AXES}")
+
+    @property
+    def dynamic_axes(self) -> dict[int, str]:
+        """Axis index -> name, for the axes whose size varies per call."""
+        return {i: a for i, a in enumerate(self.shape) if isinstance(a, str) and a in DYNAMIC_AXES}
+
+    def resolve(self, precision: str, dims: Mapping[str, int]) -> TensorSpec:
+        """The concrete spec: FLOAT becomes ``precision``, model axes become their sizes."""
+        shape = tuple(dims[a] if isinstance(a, str) and a in MODEL_AXES else a for a in self.shape)
+        return dataclasses.replace(self, dtype=precision if self.dtype == FLOAT else self.dtype, shape=shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "kind": self.kind}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TensorSpec:
+        return cls(name=data["name"], dtype=data["dtype"], shape=tuple(data["shape"]), kind=data.get("kind", "value"))
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphSpec:
+    """One exported graph: its name (also the ONNX file stem), inputs and outputs, in order."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    summary: str  # one line for listings and --help
+
+    def input(self, name: str) -> TensorSpec:
+        return next(t for t in self.inputs if t.name == name)
+
+    def output(self, name: str) -> TensorSpec:
+        return next(t for t in self.outputs if t.name == name)
+
+    def resolve(self, precision: str, dims: Mapping[str, int]) -> GraphSpec:
+        return dataclasses.replace(
+            self,
+            inputs=tuple(t.resolve(precision, dims) for t in self.inputs),
+            outputs=tuple(t.resolve(precision, dims) for t in self.outputs),
+        )
+
+
+# The four inputs every transformer graph takes (DESIGN §5): one contract for padded, left-padded and packed.
+WINDOW_INPUTS = (
+    TensorSpec("prefix_embeds", FLOAT, ("batch", "prompt", "hidden")),  # prompt + spliced image features
+    TensorSpec("gen_ids", "int64", ("batch", "answer")),  # answer window, masks included
+    TensorSpec("segment_ids", "int32", ("batch", "seq")),  # 0 = padding; attend only within equal ids
+    TensorSpec("position_ids", "int64", ("batch", "seq")),  # restart per packed segment
+)
+X0 = TensorSpec("x0", "int64", ("batch", "answer"), kind="index")  # greedy prediction, suppression applied
+CONFIDENCE = TensorSpec("confidence", "float32", ("batch", "answer"))  # softmax probability of x0
+
+GRAPHS: dict[str, GraphSpec] = {
+    g.name: g
+    for g in (
+        GraphSpec(
+            "embed",
+            (TensorSpec("input_ids", "int64", ("batch", "tokens")),),
+            (TensorSpec("embeds", FLOAT, ("batch", "tokens", "hidden")),),
+            "token ids -> embeddings (the runtime holds no weights)",
+        ),
+        GraphSpec(
+            "vision",
+            (TensorSpec("pixel_values", FLOAT, ("tiles", 3, "image_size", "image_size")),),
+            (
+                TensorSpec("image_features", FLOAT, ("tiles", "tile_tokens", "hidden")),  # after the projector
+                TensorSpec("image_newline", FLOAT, ("hidden",)),  # spliced by the runtime (manifest: vision)
+            ),
+            "pixel tiles -> projected image features, and the image_newline embedding",
+        ),
+        GraphSpec(
+            "step_zero",
+            WINDOW_INPUTS,
+            (TensorSpec("sparsity", "float32", ("batch", "answer"), kind="fraction"),),
+            "early exit: layers 0..probe only -> the Seer statistic at the probe layer",
+        ),
+        GraphSpec(
+            "step_zero_full",
+            WINDOW_INPUTS,
+            (
+                TensorSpec("sparsity_layers", "float32", ("batch", "layers", "answer"), kind="fraction"),
+                TensorSpec("p_end", "float32", ("batch", "answer")),  # p(<|eot_id|>) + p(<|endoftext|>)
+                X0,
+                CONFIDENCE,
+            ),
+            "full depth: the statistic at every layer, end-token probability, and step 0's x0 / confidence",
+        ),
+        GraphSpec("denoise", WINDOW_INPUTS, (X0, CONFIDENCE), "one denoising step: greedy x0 and its confidence"),
+        GraphSpec(
+            "denoise_logits",
+            WINDOW_INPUTS,
+            (TensorSpec("logits", "float32", ("batch", "answer", "vocab")),),
+            "one denoising step: suppressed logits, for sampling with temperature > 0",
+        ),
+    )
+}
+GRAPH_NAMES = tuple(GRAPHS)
+
+
+def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] = GRAPH_NAMES) -> dict[str, GraphSpec]:
+    """Concrete specs of the graphs ``names`` for a model with ``dims`` exported in ``precision``.
+
+    Args:
+        dims: a size for every name in MODEL_AXES.
+        precision: "float32" or "float16".
+        names: which graphs, in export order.
+    """
+    missing = [a for a in MODEL_AXES if a not in dims]
+    if missing:
+        raise ConfigError(f"model dims lack {missing}; expected sizes for {MODEL_AXES}")
+    if precision not in PRECISIONS.values():
+        raise ConfigError(f"precision {precision!r} is not one of {tuple(PRECISIONS.values())}")
+    unknown = [n for n in names if n not in GRAPHS]
+    if unknown:
+        raise ConfigError(f"unknown graph(s) {unknown}; choose from {GRAPH_NAMES}")
+    return {n: GRAPHS[n].resolve(precision, dims) for n in names}
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthBuckets:
+    """The lengths engines are built for (DESIGN §6): each profile covers one bucket, runtime rounds up."""
+
+    batch: tuple[int, ...] = (1, 2, 4, 8, 16)  # rows per call
+    prompt: tuple[int, ...] = (64, 128, 256, 512, 1024)  # prompt embeddings P, images included
+    answer: tuple[int, ...] = (16, 32, 64, 128, 256)  # answer window G (after Seer truncation: L* rounded up)
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "prompt", "answer"):
+            values = tuple(int(v) for v in getattr(self, name))
+            if not values or list(values) != sorted(set(values)) or values[0] < 1:
+                raise ConfigError(f"buckets.{name} must be increasing positive sizes, got {list(values)}")
+            object.__setattr__(self, name, values)
+
+    @classmethod
+    def for_model(cls, gen_length: int, longest_image: int, text_budget: int = 256) -> LengthBuckets:
+        """Powers of two covering the model's answer window (at least 16..256) and one image plus text."""
+        return cls(prompt=_powers(64, longest_image + text_budget), answer=_powers(16, max(256, gen_length)))
+
+    def to_dict(self) -> dict[str, list[int]]:
+        return {k: list(v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LengthBuckets:
+        return cls(**{k: tuple(v) for k, v in data.items()})
+
+
+def _powers(start: int, cover: int) -> tuple[int, ...]:
+    """start, 2 * start, ... up to the first power >= cover."""
+    out = [start]
+    while out[-1] < cover:
+        out.append(out[-1] * 2)
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """How close an exported output must be to PyTorch, per element.
+
+    "value": |a - b| <= atol + rtol * max(|b|, rms of b's last axis): rounding error follows the size of the
+    vector an element belongs to. "fraction": |a - b| <= atol. "index": equal, or a near-tie in the reference
+    (the reference probability of a's choice within atol of b's). ``agreement``: share of elements that must pass.
+    """
+
+    atol: float
+    rtol: float
+    agreement: float = 1.0
+
+
+# One table for every parity check: export (ONNX Runtime vs PyTorch) and later engines against the goldens.
+# fp16 graphs are compared with the fp32 PyTorch reference, so their rows hold the fp16 rounding of the whole
+# graph. A "fraction" (share of hidden units under a threshold) moves in steps of 1 / intermediate_size when a
+# unit near the threshold flips, hence its own atol.
+TOLERANCES: dict[tuple[str, Kind], Tolerance] = {
+    ("float32", "value"): Tolerance(atol=1e-4, rtol=1e-3),
+    ("float32", "fraction"): Tolerance(atol=5e-3, rtol=0.0),
+    ("float32", "index"): Tolerance(atol=1e-4, rtol=0.0),
+    ("float16", "value"): Tolerance(atol=5e-2, rtol=5e-2),
+    ("float16", "fraction"): Tolerance(atol=5e-2, rtol=0.0),
+    ("float16", "index"): Tolerance(atol=2e-2, rtol=0.0),
+}
+# End-to-end Seer generation through the graphs vs the PyTorch reference: share of equal answer tokens (the
+# reference's positions through its first <|eot_id|>; guesses past the end flip under fp16 without changing any
+# answer, and the whole-window figure is reported next to it).
+TOKEN_AGREEMENT = {"float32": 1.0, "float16": 0.99}
+
+
+def tolerance(precision: str, kind: Kind) -> Tolerance:
+    """The row of TOLERANCES for an output of ``kind`` in a ``precision`` graph."""
+    if (precision, kind) not in TOLERANCES:
+        raise ConfigError(f"no tolerance for {kind!r} outputs of {precision!r} graphs; known: {sorted(TOLERANCES)}")
+    return TOLERANCES[(precision, kind)]
