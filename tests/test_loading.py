@@ -13,8 +13,6 @@ from seer_export.models import (
     MODELS,
     LLaDAV,
     LLaDAVConfig,
-    TextConfig,
-    VisionConfig,
     get_entry,
     load,
     load_model,
@@ -23,34 +21,17 @@ from seer_export.models import (
     resolve_checkpoint,
 )
 from seer_export.models.registry import FIXTURE_DIR
-from seer_trt.config import SeerConfig
 from seer_trt.errors import CheckpointError, ConfigError
 
 torch.set_num_threads(1)
+
+from tiny_models import tiny_config as shared_tiny_config  # noqa: E402
 
 REPO_ID = "GSAI-ML/LLaDA-V"
 
 
 def tiny_config(layers: int = 2) -> LLaDAVConfig:
-    return LLaDAVConfig(
-        text=TextConfig(
-            vocab_size=64,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=layers,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-        ),
-        vision=VisionConfig(
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=16,
-            patch_size=8,
-        ),
-        seer=SeerConfig(probe_layer=1),
-    )
+    return shared_tiny_config(vocab=64, layers=layers)
 
 
 def random_state(cfg: LLaDAVConfig, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import tiny_config
 from torch import nn
 
-from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 from seer_export.models.llada import attention_mask, rope
 from seer_export.models.llada_v import LLaDAV, left_pad_prompts, window_layout
 from seer_export.sampler import commit_top_k, generate, suppress_special
@@ -31,25 +31,7 @@ N = 8
 
 def tiny_model(seed: int = 0, weight_std: float = 4.0) -> LLaDAV:
     """A 3-layer LLaDA-V with weights large enough that different positions and prompts predict differently."""
-    cfg = LLaDAVConfig(
-        text=TextConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=3,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-        ),
-        vision=VisionConfig(
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=16,
-            patch_size=8,
-        ),
-        seer=SeerConfig(probe_layer=1),
-    )
+    cfg = tiny_config(vocab=VOCAB, layers=3)
     torch.manual_seed(seed)
     model = LLaDAV(cfg).eval()
     with torch.no_grad():  # default init gives near-identical logits at every mask position: widen it
