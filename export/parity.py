@@ -3,8 +3,9 @@
 In:  the export folder being written (graphs, draft manifest), the checkpoint folder, ``ExportOptions``.
 Out: ``ParityReport`` (stored in the manifest): per graph, output and input case the max abs / rel error and
      agreement against ``seer_trt.graphs.TOLERANCES``; the end-to-end token agreement of
-     ``seer_export.onnx_generate.seer_generate`` with ``seer_export.seer.seer_generate`` on held-out fixture
-     prompts (answer tokens through the first ``<|eot_id|>``; the whole-window figure is stored beside it). A summary table is printed; ``--save-goldens`` writes Polygraphy JSON inputs and outputs.
+     the runtime's ``seer_trt.pipeline.SeerPipeline`` with ``seer_export.seer.seer_generate`` on held-out
+     fixture prompts (answer tokens through the first ``<|eot_id|>``; the whole-window figure is stored beside
+     it). A summary table is printed; ``--save-goldens`` writes Polygraphy JSON inputs and outputs.
 
 Cases for the four window graphs: one row; a left-padded batch whose rows keep different answer windows; a
 batch of other lengths; and two rows packed into one sequence (segment ids 1 and 2, positions restarting),
@@ -26,9 +27,11 @@ import torch
 from seer_export.graphs import build
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import load_model
-from seer_export.onnx_generate import PROVIDER, OnnxGraphs, left_pad, prompt_embeds, window_layout
+from seer_trt.backend import OrtBackend
 from seer_trt.config import SeerConfig
+from seer_trt.errors import ConfigError
 from seer_trt.graphs import TOKEN_AGREEMENT, GraphSpec, TensorSpec, tolerance
+from seer_trt.layout import left_pad, window_layout
 from seer_trt.manifest import EndToEnd, Manifest, ParityReport, ParityRow
 
 if TYPE_CHECKING:
@@ -232,15 +235,12 @@ def describe(seer: SeerConfig) -> str:
     return f"{seer.label}: {seer.signal}{where}"
 
 
-def end_to_end(
-    graphs: OnnxGraphs, model: LLaDAV, manifest: Manifest, checkpoint: Path, samples: int
-) -> EndToEnd | None:
-    """Seer through the graphs vs ``seer_generate`` in PyTorch on held-out fixture prompts; None when the export
-    lacks a graph the generation needs."""
+def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path, samples: int) -> EndToEnd | None:
+    """Seer through the runtime's pipeline on the exported graphs vs ``seer_generate`` in PyTorch, on held-out
+    fixture prompts; None when the export lacks a graph the generation needs."""
     from seer_export.fixture import TaskEncoder
-    from seer_export.onnx_generate import seer_generate as onnx_seer
     from seer_export.seer import seer_generate
-    from seer_trt.preprocess import pixel_tiles
+    from seer_trt.pipeline import Request, SeerPipeline
     from seer_trt.tasks import make_samples
 
     seer = manifest.seer
@@ -253,13 +253,16 @@ def end_to_end(
     batch = make_samples(HELD_OUT_SEED, samples, vision.image_size // vision.patch_size, vision.patch_size)
     prefix, valid = enc.prefix(model, batch)
     ref, _ = seer_generate(model, prefix, valid, gen, manifest.special_tokens, seer)
-    prompts = []
-    for s in batch:
-        tiles = None if s.image is None else pixel_tiles(s.image, vision.image_size)
-        prompts.append(prompt_embeds(graphs, enc.prompt_ids(s), tiles))
-    onnx_prefix, onnx_valid = left_pad(prompts)
-    out = onnx_seer(graphs, onnx_prefix, onnx_valid, gen, seer)
-    same = out.tokens == ref.tokens  # [B, N]
+    pipe = SeerPipeline(folder, manifest, OrtBackend(folder, manifest))
+    results = pipe.generate([Request(s.question, s.image, temperature=0.0, remasking="low_confidence") for s in batch])
+    pipe.close()
+    failed = [r.error for r in results if not r.ok]
+    if failed:
+        raise ConfigError(f"the runtime failed on fixture prompts: {failed[0]}")
+    tokens = np.full_like(ref.tokens, manifest.special_tokens.mask_id)
+    for row, r in zip(tokens, results, strict=True):
+        row[: len(r.window)] = r.window
+    same = tokens == ref.tokens  # [B, N]
     answer = answer_positions(ref.tokens, ref.kept, manifest.special_tokens.eot_id)  # [B, N] bool
     agreement = float(same[answer].mean())
     required = TOKEN_AGREEMENT[manifest.precision]
@@ -272,7 +275,7 @@ def end_to_end(
         token_agreement=agreement,
         window_agreement=float(same.mean()),
         answer_match=float((same | ~answer).all(axis=1).mean()),
-        kept_agreement=float((out.kept == ref.kept).mean()),
+        kept_agreement=float(np.mean([r.kept == k for r, k in zip(results, ref.kept, strict=True)])),
         required=required,
         passed=agreement >= required,
     )
@@ -291,20 +294,20 @@ def validate(
         stage: progress callback, one line per stage.
     """
     model = load_model(checkpoint, dtype=torch.float32)
-    graphs = OnnxGraphs(folder, manifest)
+    backend = OrtBackend(folder, manifest)
     rows: list[ParityRow] = []
     for name, entry in manifest.graphs.items():
         cases = make_cases(entry.spec, model, manifest)
         for case in cases:
-            got = graphs.run(name, **case.feeds)
+            got = backend.run(name, case.feeds)
             rows += [compare(name, t, case.name, got[t.name], case.reference[t.name], manifest.precision, case.probs)
                      for t in entry.spec.outputs]  # fmt: skip
         if options.save_goldens:
             save_goldens(folder / "goldens", entry.spec, cases)
         bad = sum(not r.passed for r in rows if r.graph == name)
         stage(f"parity {name}: {len(cases)} cases, {'ok' if not bad else f'{bad} output(s) out of tolerance'}")
-    e2e = end_to_end(graphs, model, manifest, checkpoint, options.samples)
-    graphs.release()
+    backend.close()
+    e2e = end_to_end(folder, model, manifest, checkpoint, options.samples)
     if e2e is None:
         stage("end-to-end Seer check skipped: needs the embed, vision, step-zero and denoise graphs")
     else:
@@ -319,7 +322,7 @@ def validate(
         failed.append(f"end-to-end token agreement {100 * e2e.token_agreement:.2f} %")
     return ParityReport(
         status="failed" if failed else "passed",
-        reference=f"PyTorch float32 (seer_export), ONNX Runtime {PROVIDER}",
+        reference=f"PyTorch float32 (seer_export), ONNX Runtime {backend.provider}",
         rows=tuple(rows),
         end_to_end=e2e,
         note=("out of tolerance: " + ", ".join(failed[:6])) if failed else "",

@@ -90,3 +90,11 @@ def plan_schedule(gen: GenerationConfig, kept: np.ndarray | None = None, batch: 
         block_end_arr[b, : len(block_end)] = block_end
         block_end_arr[b, len(block_end) :] = kept_arr[b]
     return Schedule(kept=kept_arr, steps=row_steps, transfer=transfer_arr, block_end=block_end_arr)
+
+
+def select_rows(schedule: Schedule, rows: np.ndarray | list[int]) -> Schedule:
+    """The schedule of a subset of rows, its step axis cut to their longest."""
+    rows = np.asarray(rows, dtype=np.int64)
+    steps = schedule.steps[rows]
+    total = int(steps.max()) if len(rows) else 0
+    return Schedule(schedule.kept[rows], steps, schedule.transfer[rows, :total], schedule.block_end[rows, :total])

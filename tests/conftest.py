@@ -1,8 +1,12 @@
-"""Shared pytest setup: keep torch on one thread (the CPU machines are small and often busy)."""
+"""Shared pytest setup: torch on one thread (the CPU machines are small and often busy), and the one export of the
+bundled fixture that the export, runtime and CLI tests share."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,3 +23,18 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def fixture_export(tmp_path_factory) -> tuple[Path, object, str]:
+    """The bundled fixture exported in fp32 by the seer-export CLI, validated, with goldens: (folder, manifest,
+    the CLI's stdout)."""
+    from seer_export.cli_export import main
+    from seer_trt.manifest import Manifest
+
+    out = tmp_path_factory.mktemp("fixture") / "engines"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        rc = main(["--out", str(out), "--samples", "8", "--save-goldens"])
+    assert rc == 0, stderr.getvalue()
+    return out, Manifest.read(out), stdout.getvalue()

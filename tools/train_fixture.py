@@ -9,6 +9,17 @@ only just longer than the answer (the windows Seer truncates to), otherwise anyt
 window, drawn per batch, as SFT pads each batch to its longest sample. The learning rate follows the elapsed
 fraction of the budget (warm-up, cosine). A checkpoint is written every few minutes (temp file, then rename).
 Never run in CI.
+
+Two additions make the tiny model behave under LLaDA-V's sampler, which a billion-parameter model does by scale:
+- LLaDA-V's sampler bans ``<|endoftext|>`` at masked positions, so padding positions commit the model's second
+  choice, and later steps see runs of ``<|eot_id|>`` where SFT only ever showed ``<|endoftext|>``. A model that
+  never saw that reads the first visible ``<|eot_id|>`` as the answer's end and writes content up to it. So the
+  padding target carries a share of ``<|eot_id|>`` (``--pad-eot``: the second choice is the end token), and in a
+  share of samples the revealed padding is *shown* as ``<|eot_id|>`` (``--show-pad-eot``); targets are unchanged.
+- Without help the vision path collapsed in the first run: the projected features grew to a norm of ~7000 along
+  one shared direction (cosine 1.0000 between an empty cell and a shape after RMSNorm), so the answers ignored
+  the picture. A throwaway linear head (not saved) reads each RMS-normalised image token and predicts its cell's
+  colour or "empty" (``--vision-aux``), which keeps the features informative where the language model reads them.
 """
 
 from __future__ import annotations
@@ -28,7 +39,8 @@ from safetensors.torch import load_file, save_file
 from seer_export.fixture import TaskEncoder, build_tokenizer, fixture_config, write_tokenizer
 from seer_export.models.llada_v import LLaDAV, window_layout
 from seer_export.models.registry import FIXTURE_DIR
-from seer_trt.tasks import make_sample
+from seer_trt.preprocess import pixel_tiles
+from seer_trt.tasks import COLORS, make_sample
 
 MAX_WINDOW = 128
 TRAIN_SEED = 1_000_000  # held-out sets use seeds below this
@@ -57,6 +69,19 @@ def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int):
     return samples, lengths, g
 
 
+def cell_colours(image: np.ndarray, side: int) -> np.ndarray:
+    """[side * side] class per vision patch, reading order: 0 empty, 1 + index of the colour in ``COLORS``."""
+    h = image.shape[0] // side
+    cells = image.reshape(side, h, side, h, 3).transpose(0, 2, 1, 3, 4).reshape(side * side, h * h, 3)
+    palette = np.array(list(COLORS.values()))  # [C, 3]
+    lit = cells.max(-1) > 0  # [cells, pixels]
+    out = np.zeros(side * side, dtype=np.int64)
+    for k in np.flatnonzero(lit.any(1)):
+        pixel = cells[k][lit[k]][0]
+        out[k] = 1 + int(np.abs(palette - pixel).sum(1).argmin())
+    return out
+
+
 def save(model: LLaDAV, out: Path, meta: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "model.safetensors.tmp"
@@ -77,8 +102,15 @@ def main() -> None:
         "--pad-eot",
         type=float,
         default=0.3,
-        help="share of <|eot_id|> in the padding positions' target (the rest <|endoftext|>); see below",
+        help="share of <|eot_id|> in the padding positions' target (the rest <|endoftext|>); see above",
     )
+    ap.add_argument(
+        "--show-pad-eot",
+        type=float,
+        default=0.5,
+        help="share of samples whose revealed padding is shown as <|eot_id|> (a random part of it); see above",
+    )
+    ap.add_argument("--vision-aux", type=float, default=0.3, help="weight of the per-cell colour loss; see above")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast for matmuls (fp32 weights and loss)")
     args = ap.parse_args()
 
@@ -95,9 +127,13 @@ def main() -> None:
     if args.resume:
         model.load_state_dict(load_file(str(args.out / "model.safetensors")))
         previous = json.loads((args.out / "training.json").read_text())
+    side = cfg.vision.image_size // cfg.vision.patch_size
+    aux_head = torch.nn.Linear(cfg.text.hidden_size, 1 + len(COLORS))  # throwaway: never saved
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params / 1e6:.2f}M  vocab {cfg.text.vocab_size}", flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    opt = torch.optim.AdamW(
+        [*model.parameters(), *aux_head.parameters()], lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01
+    )
     rng = np.random.default_rng(TRAIN_SEED + args.seed)
     budget = args.minutes * 60
     start = last_save = time.time()
@@ -114,6 +150,10 @@ def main() -> None:
         t = torch.rand(args.batch, 1) * (1 - 1e-3) + 1e-3  # mask ratio per sample
         masked = (torch.rand(args.batch, g) < t) & in_window
         gen_ids = torch.where(masked, torch.full_like(target, enc.special.mask_id), target)
+        shown = target == enc.special.endoftext_id  # revealed padding: shown as <|eot_id|> in some samples
+        share = torch.rand(args.batch, 1) * (torch.rand(args.batch, 1) < args.show_pad_eot)
+        shown &= ~masked & (torch.rand(args.batch, g) < share)
+        gen_ids = torch.where(shown, torch.full_like(target, enc.special.eot_id), gen_ids)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             prefix, valid = enc.prefix(model, samples)
         segment_ids, position_ids = window_layout(valid, kept, g)
@@ -127,6 +167,14 @@ def main() -> None:
         pad = target == enc.special.endoftext_id
         ce = torch.where(pad, (1 - args.pad_eot) * ce - args.pad_eot * logp[..., enc.special.eot_id], ce)
         loss = ((ce * masked / t).sum(1) / kept).mean()
+        with_image = [s for s in samples if s.image is not None]
+        if args.vision_aux > 0 and with_image:
+            pixels = torch.cat([torch.from_numpy(pixel_tiles(s.image, cfg.vision.image_size)) for s in with_image])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                feats = model.tile_features(pixels).float()  # [I, T, D]
+            colours = torch.from_numpy(np.stack([cell_colours(s.image, side) for s in with_image]))  # [I, T]
+            aux = F.cross_entropy(aux_head(F.rms_norm(feats, feats.shape[-1:])).flatten(0, 1), colours.flatten())
+            loss = loss + args.vision_aux * aux
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -138,7 +186,8 @@ def main() -> None:
         if time.time() - last_save > 300:
             save(model, args.out, {"previous": previous, "steps": step, "minutes": elapsed / 60, "loss_ema": ema})
             last_save = time.time()
-    save(model, args.out, {"previous": previous, "steps": step, "pad_eot": args.pad_eot, "minutes": (time.time() - start) / 60, "loss_ema": ema,
+    save(model, args.out, {"previous": previous, "steps": step, "pad_eot": args.pad_eot,
+                           "show_pad_eot": args.show_pad_eot, "vision_aux": args.vision_aux, "minutes": (time.time() - start) / 60, "loss_ema": ema,
                            "batch": args.batch, "lr": args.lr, "parameters": n_params})  # fmt: skip
     print(f"done: {step} steps, loss {ema:.4f}", flush=True)
 

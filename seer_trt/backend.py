@@ -1,0 +1,209 @@
+"""Backends: run the graphs a manifest names, by name, with named inputs and outputs (DESIGN §2, §5).
+
+In:  an export folder and its ``Manifest``; per call a graph name and a feed dict of numpy arrays.
+Out: the graph's outputs by name, as numpy arrays.
+
+Every backend offers the same small interface (``Backend``), so the pipeline, the router and the Triton model
+never know which one runs: ``run(graph, feeds)``, ``spec(graph)`` (names, dtypes, axes from the manifest) and
+``max_shape(graph)`` (the largest lengths it accepts). ``OrtBackend`` is ONNX Runtime: the CPU execution provider
+by default, CUDA or TensorRT on request; a requested provider that ONNX Runtime does not actually use is an
+error, never a silent CPU fallback. It binds outputs to buffers allocated once per (graph, shape), per thread,
+so a loop over a static bucket allocates nothing per step; sessions are shared between threads (ONNX Runtime's
+``run`` is thread-safe), bindings are not.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from seer_trt.errors import ConfigError, ManifestError
+from seer_trt.graphs import GraphSpec
+from seer_trt.manifest import Manifest
+
+PROVIDERS = {  # --provider value -> ONNX Runtime execution provider
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+ONNX_TYPES = {  # ONNX Runtime's type strings -> manifest dtypes
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+}
+
+
+class Backend(Protocol):
+    """What the pipeline needs from an inference backend."""
+
+    name: str  # "onnxruntime-cpu", "tensorrt", ...
+    manifest: Manifest
+
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs of ``graph`` by name. Returned arrays may be reused by the next call on this thread."""
+        ...
+
+    def spec(self, graph: str) -> GraphSpec:
+        """The graph's contract: input/output names, dtypes, axes."""
+        ...
+
+    def max_shape(self, graph: str) -> dict[str, int] | None:
+        """The largest size per dynamic axis the graph accepts (engine profiles); None: any size."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class OrtBackend:
+    """ONNX Runtime over an export folder; sessions open on first use of each graph."""
+
+    def __init__(self, folder: str | Path, manifest: Manifest, provider: str = "cpu", threads: int = 0) -> None:
+        """
+        Args:
+            folder: the export folder (``manifest.json`` and the graphs).
+            manifest: its manifest.
+            provider: "cpu", "cuda" or "tensorrt".
+            threads: intra-op threads per session, 0 for ONNX Runtime's default.
+
+        Raises:
+            ConfigError: an unknown provider, or one this ONNX Runtime build does not offer.
+            ManifestError: a graph file the manifest names is missing.
+        """
+        import onnxruntime as ort
+
+        if provider not in PROVIDERS:
+            raise ConfigError(f"unknown provider {provider!r}; choose from {sorted(PROVIDERS)}")
+        self.provider = PROVIDERS[provider]
+        available = ort.get_available_providers()
+        if self.provider not in available:
+            raise ConfigError(
+                f"ONNX Runtime {ort.__version__} offers {available}, not {self.provider}; install onnxruntime-gpu "
+                f"(with CUDA / TensorRT libraries) for --provider {provider}, or use --provider cpu"
+            )
+        self.name = f"onnxruntime-{provider}"
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self.threads = threads
+        for name, entry in manifest.graphs.items():
+            if not (self.folder / entry.file).is_file():
+                raise ManifestError(
+                    f"graph {name!r}: {self.folder / entry.file} is missing; re-export with seer-export --out {folder}"
+                )
+        self._sessions: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()  # per thread: {(graph, shapes): (binding, outputs)}
+
+    def _session(self, graph: str):
+        with self._lock:
+            if graph not in self._sessions:
+                self._sessions[graph] = self._open(graph)
+            return self._sessions[graph]
+
+    def _open(self, graph: str):
+        import onnxruntime as ort
+
+        entry = self.manifest.graph(graph)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if self.threads:
+            options.intra_op_num_threads = self.threads
+        path = self.folder / entry.file
+        try:
+            sess = ort.InferenceSession(str(path), options, providers=[self.provider])
+        except Exception as err:  # onnxruntime raises its own exception types for corrupt files
+            raise ManifestError(f"graph {graph!r}: {path} does not load ({err}); re-export with seer-export") from None
+        if sess.get_providers()[0] != self.provider:
+            raise ConfigError(
+                f"graph {graph!r}: ONNX Runtime runs it on {sess.get_providers()}, not the requested {self.provider}; "
+                f"check the CUDA / TensorRT libraries (onnxruntime logs why), or use --provider cpu"
+            )
+        check_io(graph, entry.spec, sess)
+        return sess
+
+    def spec(self, graph: str) -> GraphSpec:
+        return self.manifest.graph(graph).spec
+
+    def max_shape(self, graph: str) -> dict[str, int] | None:
+        return None
+
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        sess = self._session(graph)
+        key = (graph, tuple((k, v.shape) for k, v in feeds.items()))
+        cache = self._local.__dict__.setdefault("bindings", {})
+        if key not in cache:
+            cache[key] = self._bind(sess, graph, feeds)
+        binding, outputs = cache[key]
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        sess.run_with_iobinding(binding)
+        return outputs
+
+    def _bind(self, sess, graph: str, feeds: Mapping[str, np.ndarray]):
+        """An IOBinding whose outputs live in arrays allocated here, once for these input shapes."""
+        import onnxruntime as ort
+
+        spec = self.spec(graph)
+        sizes = axis_sizes(spec, feeds)
+        binding = sess.io_binding()
+        outputs: dict[str, np.ndarray] = {}
+        for out in spec.outputs:
+            shape = tuple(sizes[a] if isinstance(a, str) else a for a in out.shape)
+            outputs[out.name] = np.empty(shape, dtype=out.dtype)
+            binding.bind_ortvalue_output(out.name, ort.OrtValue.ortvalue_from_numpy(outputs[out.name]))
+        return binding, outputs
+
+    def close(self) -> None:
+        with self._lock:
+            self._sessions.clear()
+        self._local = threading.local()
+
+
+def axis_sizes(spec: GraphSpec, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """Size of every named axis from the feeds; a missing input or a size that disagrees is an error."""
+    missing = [t.name for t in spec.inputs if t.name not in feeds]
+    if missing:
+        raise ConfigError(f"graph {spec.name!r}: inputs {missing} not fed; it takes {[t.name for t in spec.inputs]}")
+    sizes: dict[str, int] = {}
+    for t in spec.inputs:
+        shape = np.shape(feeds[t.name])
+        if len(shape) != len(t.shape):
+            raise ConfigError(f"graph {spec.name!r}: input {t.name} has shape {shape}, expected axes {t.shape}")
+        for axis, size in zip(t.shape, shape, strict=True):
+            if isinstance(axis, int):
+                if size != axis:
+                    raise ConfigError(f"graph {spec.name!r}: input {t.name} has shape {shape}, expected {t.shape}")
+            elif sizes.setdefault(axis, size) != size:
+                raise ConfigError(
+                    f"graph {spec.name!r}: axis {axis!r} is {sizes[axis]} in one input, {size} in {t.name}"
+                )
+    if "prompt" in sizes and "answer" in sizes:
+        sizes.setdefault("seq", sizes["prompt"] + sizes["answer"])
+    return sizes
+
+
+def check_io(graph: str, spec: GraphSpec, sess) -> None:
+    """The session's inputs and outputs are the manifest's, by name and dtype."""
+
+    def io(args: Sequence) -> list[tuple[str, str]]:
+        return [(a.name, ONNX_TYPES.get(a.type, a.type)) for a in args]
+
+    found = (io(sess.get_inputs()), io(sess.get_outputs()))
+    expected = ([(t.name, t.dtype) for t in spec.inputs], [(t.name, t.dtype) for t in spec.outputs])
+    if found != expected:
+        raise ManifestError(
+            f"graph {graph!r} does not match the manifest: the file has inputs/outputs {found}, the manifest "
+            f"{expected}; the export folder was modified, re-export with seer-export"
+        )
+
+
+def open_backend(folder: str | Path, manifest: Manifest, backend: str = "onnxruntime", provider: str = "cpu",
+                 threads: int = 0) -> Backend:  # fmt: skip
+    """The backend named ``backend`` ("onnxruntime"; "tensorrt" once engines are built) over an export folder."""
+    if backend == "onnxruntime":
+        return OrtBackend(folder, manifest, provider, threads)
+    raise ConfigError(f"unknown backend {backend!r}; choose 'onnxruntime'")

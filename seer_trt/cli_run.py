@@ -1,0 +1,128 @@
+"""``seer-run``: answer prompts with the Seer pipeline over an export folder (DESIGN §2).
+
+In:  ``--engines DIR`` (a ``seer-export`` folder), one ``--prompt`` (with ``--image``) or ``--input FILE.jsonl``
+     (one request object per line: ``prompt``, optional ``image`` path, ``gen_length``, ``steps``,
+     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``seed``).
+Out: the answer text (or, with ``--json``, the whole result); with ``--input``, one JSON result per line in
+     ``--output`` (stdout by default), a failed request carrying its ``error``. Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from seer_trt.errors import InputError, SeerError
+
+PROG = "seer-run"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message}; see {PROG} --help", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from seer_trt.dispatch import POLICIES
+
+    ap = _Parser(
+        prog=PROG,
+        description="Answer prompts with LLaDA-V and Seer (step-zero truncation) through exported graphs on ONNX "
+        "Runtime. One --prompt, or many requests from a JSONL file, batched together.",
+    )
+    ap.add_argument("--engines", type=Path, required=True, help="export folder written by seer-export")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the question; put <image> where the image goes (prepended when absent)")
+    src.add_argument("--input", type=Path, help="JSONL file, one request per line ('-' for stdin)")
+    ap.add_argument("--image", type=Path, help="image file for --prompt")
+    ap.add_argument("--output", type=Path, help="JSONL results for --input (default: stdout)")
+    ap.add_argument("--json", action="store_true", help="print the whole result as JSON (--prompt)")
+    ap.add_argument("--no-seer", action="store_true", help="the padded baseline: denoise all gen_length positions")
+    ap.add_argument("--gen-length", type=int, help="answer window (default: the export's)")
+    ap.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
+    ap.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
+    ap.add_argument("--policy", default="hybrid", choices=POLICIES, help="how rows are batched (default: hybrid)")
+    ap.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu (default), cuda, tensorrt")
+    ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: ONNX Runtime's default)")
+    ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
+    return ap
+
+
+def read_requests(path: Path, overrides: dict):
+    """Requests from a JSONL file; a line that is not a valid request becomes its error, the rest go on."""
+    from seer_trt.pipeline import Request
+
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    except OSError as err:
+        raise InputError(f"cannot read --input {path} ({err.strerror}); pass a JSONL file") from None
+    out: list[Request | str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            out.append(Request.from_dict({**overrides, **data} if isinstance(data, dict) else data))
+        except json.JSONDecodeError as err:
+            out.append(f"line {number}: not JSON ({err.msg})")
+        except (SeerError, TypeError) as err:
+            out.append(f"line {number}: {err}")
+    if not out:
+        raise InputError(f"--input {path} holds no requests; write one JSON object per line")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        from seer_trt.pipeline import Request, Result, SeerPipeline
+
+        overrides = {k: v for k, v in (("gen_length", args.gen_length), ("steps", args.steps),
+                                       ("temperature", args.temperature)) if v is not None}  # fmt: skip
+        if args.no_seer:
+            overrides["seer"] = False
+        if args.input is None:
+            requests: list = [Request(args.prompt, args.image, **overrides)]
+        else:
+            if args.image is not None:
+                raise InputError("--image goes with --prompt; in --input, give each request an 'image' path")
+            requests = read_requests(args.input, overrides)
+        pipe = SeerPipeline.from_manifest(args.engines, provider=args.provider, threads=args.threads,
+                                          policy=args.policy)  # fmt: skip
+        valid = [r for r in requests if isinstance(r, Request)]
+        answers = iter(pipe.generate(valid)) if valid else iter(())
+        results = [next(answers) if isinstance(r, Request) else Result.failed(r) for r in requests]
+        if args.input is None:
+            result = results[0]
+            if not result.ok:
+                raise InputError(result.error)
+            print(json.dumps(result.to_dict()) if args.json else result.text)
+            return 0
+        lines = "".join(json.dumps(r.to_dict()) + "\n" for r in results)
+        if args.output is None:
+            sys.stdout.write(lines)
+        else:
+            tmp = args.output.with_name(args.output.name + ".partial")
+            tmp.write_text(lines)
+            tmp.replace(args.output)
+        failed = sum(not r.ok for r in results)
+        print(f"{PROG}: {len(results) - failed} answered, {failed} failed", file=sys.stderr)
+        return 0
+    except SeerError as err:
+        if args.verbose:
+            raise
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if args.verbose:
+            raise
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""``SeerPipeline``: requests in, answers out, through an export's graphs on one backend (DESIGN §2, §4).
+
+In:  an export folder (``seer-export``), then ``Request``s: prompt text, optional image, optional overrides.
+Out: one ``Result`` per request: text, answer ids, L*, steps, per-stage seconds (or the request's error).
+
+    preprocess (embed.py) ─► step zero (step_zero.py) ─► boundary (boundary.py) ─► schedule (schedule.py)
+    ─► dispatch (dispatch.py) ─► denoise (denoise.py, per group, in its layout.py layout) ─► detokenize
+
+Requests with the same generation settings are batched: one step-zero pass for all of them, then their
+windows, cut to each row's L*, are grouped and run as the dispatch policy decides. A request whose input is
+bad (empty prompt, unreadable image, prompt past the largest bucket) gets its error in its result and the others
+complete. A pipeline may be called from several threads at once: the backend's sessions are shared, and each
+thread has its own bound buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seer_trt.backend import Backend, open_backend
+from seer_trt.boundary import detect
+from seer_trt.config import GenerationConfig
+from seer_trt.denoise import Greedy, Sampled, denoise
+from seer_trt.dispatch import CostModel, DispatchPlan, plan_dispatch
+from seer_trt.embed import Image, PromptEmbeds, PromptEncoder
+from seer_trt.errors import InputError, SeerError
+from seer_trt.layout import left_pad, packed_layout, padded_layout, window_layout
+from seer_trt.manifest import Manifest
+from seer_trt.schedule import plan_schedule, select_rows
+from seer_trt.step_zero import run_step_zero, step_zero_graph
+
+STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "denoise", "detokenize")
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One question; ``None`` overrides take the export's generation defaults."""
+
+    prompt: str  # user message; "<image>" marks where the image goes (prepended when absent)
+    image: Image | None = None  # path, encoded bytes or [H, W, 3] uint8 RGB
+    gen_length: int | None = None  # answer window N
+    steps: int | None = None  # denoising steps over N (Seer rescales them to the kept window)
+    block_length: int | None = None
+    temperature: float | None = None  # 0: greedy; > 0: Gumbel sampling from denoise_logits
+    remasking: str | None = None  # "low_confidence" | "random"
+    seer: bool = True  # False: the padded baseline, every step over all N positions
+    seed: int = 0  # sampling noise of this request (temperature > 0 or random remasking)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Request:
+        """A request from a JSON object (JSONL input): ``prompt`` required, ``image`` a file path."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("prompt"), str):
+            raise InputError(f"a request must be a JSON object with a 'prompt' string, got {str(data)[:80]!r}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise InputError(f"unknown request key(s) {unknown}; expected a subset of {sorted(fields)}")
+        return cls(**dict(data))
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    text: str  # the answer, special tokens dropped
+    token_ids: tuple[int, ...]  # answer ids before the first <|eot_id|>
+    window: tuple[int, ...]  # every kept position's id, <|eot_id|> and what follows included
+    kept: int  # L*: answer positions denoised (N without Seer)
+    steps: int  # denoising steps used
+    gen_length: int  # N
+    seconds: dict[str, float]  # per stage (STAGES); batched stages count the whole batch's time
+    error: str | None = None  # why this request failed; the fields above are empty then
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "token_ids": list(self.token_ids), "window": list(self.window)}
+
+    @classmethod
+    def failed(cls, error: str) -> Result:
+        return cls("", (), (), 0, 0, 0, {}, error)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchOutput:
+    results: tuple[Result, ...]  # one per request, in order
+    plans: tuple[DispatchPlan, ...]  # one per group of requests sharing generation settings
+
+
+class SeerPipeline:
+    """The Seer pipeline over one export and one backend."""
+
+    def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = "hybrid",
+                 tau_pad: float = 0.2, short: int = 4) -> None:  # fmt: skip
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self.backend = backend
+        self.encoder = PromptEncoder(folder, manifest, backend)
+        self.policy = policy
+        self.tau_pad = tau_pad
+        self.short = short
+        self.cost: CostModel | None = None
+        plan_dispatch([], [], [], manifest.buckets, policy, tau_pad, short, CostModel(0, 0, 0))  # validates
+
+    @classmethod
+    def from_manifest(cls, folder: str | Path, backend: str = "onnxruntime", provider: str = "cpu",
+                      threads: int = 0, **options: Any) -> SeerPipeline:  # fmt: skip
+        """Open an export folder.
+
+        Raises:
+            ManifestError: no manifest, a corrupt one, an unsupported schema, a graph file missing.
+            ConfigError: an unknown backend or provider, or a provider ONNX Runtime does not offer.
+        """
+        manifest = Manifest.read(folder)
+        return cls(folder, manifest, open_backend(folder, manifest, backend, provider, threads), **options)
+
+    def generation(self, request: Request) -> GenerationConfig:
+        """The request's settings: its overrides over the export's defaults."""
+        base = self.manifest.generation
+        changes = {k: getattr(request, k) for k in ("gen_length", "steps", "block_length", "temperature", "remasking")
+                   if getattr(request, k) is not None}  # fmt: skip
+        if "gen_length" in changes:  # a new window keeps the default's shape: one block, one step per token
+            n = changes["gen_length"]
+            changes.setdefault("block_length", n if base.block_length == base.gen_length else base.block_length)
+            changes.setdefault("steps", n * base.steps // base.gen_length)
+        try:
+            gen = dataclasses.replace(base, **changes)
+        except (ValueError, TypeError) as err:
+            raise InputError(f"request settings: {err}") from None
+        largest = self.manifest.buckets.answer[-1]
+        if gen.gen_length > largest:
+            raise InputError(f"gen_length {gen.gen_length} exceeds the largest answer bucket {largest}; ask for "
+                             f"<= {largest} or re-export with larger buckets")  # fmt: skip
+        return gen
+
+    def prepare(self, request: Request) -> tuple[GenerationConfig, PromptEmbeds]:
+        """Settings and prompt embeddings of one request.
+
+        Raises:
+            InputError: bad settings, empty prompt, unreadable image, prompt past the largest bucket.
+        """
+        if not isinstance(request, Request):
+            raise InputError(f"expected a Request or a prompt string, got {type(request).__name__}")
+        gen = self.generation(request)
+        if gen.temperature > 0 or gen.remasking != "low_confidence":
+            self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
+        prompt = self.encoder.encode(request.prompt, request.image)
+        largest = self.manifest.buckets.prompt[-1]
+        if len(prompt.embeds) > largest:
+            raise InputError(
+                f"the prompt takes {len(prompt.embeds)} embeddings (text and image features), more than the largest "
+                f"prompt bucket {largest}; shorten it or re-export with larger buckets"
+            )
+        return gen, prompt
+
+    def generate(self, requests: Request | str | Sequence[Request | str], policy: str | None = None) -> list[Result]:
+        """Answer ``requests`` (a prompt string is a Request with defaults); one Result each, in order."""
+        return list(self.generate_batch(requests, policy).results)
+
+    def generate_batch(self, requests: Request | str | Sequence[Request | str],
+                       policy: str | None = None) -> BatchOutput:  # fmt: skip
+        """``generate``, also returning the dispatch plans (one per group of requests with equal settings)."""
+        if isinstance(requests, Request | str):
+            requests = [requests]
+        requests = [Request(r) if isinstance(r, str) else r for r in requests]
+        results: list[Result | None] = [None] * len(requests)
+        ready: dict[tuple, list[tuple[int, PromptEmbeds, float]]] = {}
+        for i, request in enumerate(requests):
+            start = time.perf_counter()
+            try:
+                gen, prompt = self.prepare(request)
+            except SeerError as err:
+                results[i] = Result.failed(str(err))
+                continue
+            key = (gen, request.seer)
+            ready.setdefault(key, []).append((i, prompt, time.perf_counter() - start))
+        plans = []
+        for (gen, seer_on), rows in ready.items():
+            seeds = np.array([requests[i].seed for i, _, _ in rows], dtype=np.int64)
+            out, plan = self._run(gen, seer_on, [p for _, p, _ in rows], seeds, policy or self.policy)
+            plans.append(plan)
+            for (i, _, prep), result in zip(rows, out, strict=True):
+                results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds})
+        return BatchOutput(tuple(results), tuple(plans))
+
+    def _run(self, gen: GenerationConfig, seer_on: bool, prompts: list[PromptEmbeds], seeds: np.ndarray,
+             policy: str) -> tuple[list[Result], DispatchPlan]:  # fmt: skip
+        """Step zero, boundary, dispatch, denoising and detokenizing of rows sharing ``gen``."""
+        special = self.manifest.special_tokens
+        seer = self.manifest.seer
+        n = gen.gen_length
+        embeds = [p.embeds for p in prompts]
+        clock = {s: 0.0 for s in STAGES[1:]}
+        greedy = gen.temperature == 0 and gen.remasking == "low_confidence"
+        kept = np.full(len(prompts), n, dtype=np.int64)
+        step0 = None
+        if seer_on:
+            t0 = time.perf_counter()
+            zero = self._step_zero(embeds, n)
+            t1 = time.perf_counter()
+            kept = detect(zero.profile, seer)
+            clock["step_zero"], clock["boundary"] = t1 - t0, time.perf_counter() - t1
+            if greedy and zero.x0 is not None:
+                step0 = (zero.x0, zero.confidence)
+        if policy == "cost_model" and self.cost is None:
+            self.calibrate_costs()
+        t0 = time.perf_counter()
+        schedule = plan_schedule(gen, kept)
+        plan = plan_dispatch([len(e) for e in embeds], kept, schedule.steps, self.manifest.buckets, policy,
+                             self.tau_pad, self.short, self.cost)  # fmt: skip
+        clock["dispatch"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tokens = np.full((len(prompts), n), special.mask_id, dtype=np.int64)
+        for group in plan.groups:
+            rows = np.array(group.rows)
+            members = [embeds[r] for r in rows]
+            layout = (packed_layout(members, kept[rows]) if group.path == "packed"
+                      else padded_layout(members, kept[rows], group.prompt_len, group.gen_len))  # fmt: skip
+            decoder = Greedy() if greedy else Sampled(gen.temperature, gen.remasking, seeds[rows])
+            group_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
+            out = denoise(self.backend, layout, select_rows(schedule, rows), decoder, special.mask_id, group_step0)
+            tokens[rows, : out.shape[1]] = out
+        clock["denoise"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        answers = [answer_ids(row[:k], special.eot_id) for row, k in zip(tokens, kept, strict=True)]
+        texts = [self.encoder.tokenizer.decode(a, skip_special_tokens=True) for a in answers]
+        clock["detokenize"] = time.perf_counter() - t0
+        results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock))
+                   for text, a, row, k, s in zip(texts, answers, tokens, kept, schedule.steps, strict=True)]  # fmt: skip
+        return results, plan
+
+    def _step_zero(self, embeds: list[np.ndarray], n: int):
+        """Step zero for every row, in calls of at most the largest batch bucket."""
+        from seer_trt.step_zero import StepZeroOut
+
+        size = self.manifest.buckets.batch[-1]
+        parts = []
+        for start in range(0, len(embeds), size):
+            prefix, valid = left_pad(embeds[start : start + size])
+            parts.append(run_step_zero(self.backend, prefix, valid, n, self.manifest.seer))
+        join = lambda xs: None if xs[0] is None else np.concatenate(xs)  # noqa: E731
+        return StepZeroOut(*(join([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(StepZeroOut)))
+
+    def calibrate_costs(self, prompt: int = 32, lengths: Sequence[int] = (16, 64, 256), batches: Sequence[int] = (1, 4),
+                        repeats: int = 3) -> CostModel:  # fmt: skip
+        """Time the denoising graph at a few shapes, fit ``CostModel`` and use it for the ``cost_model`` policy."""
+        dim = self.manifest.model.hidden_size
+        mask = self.manifest.special_tokens.mask_id
+        shapes, seconds = [], []
+        for b in batches:
+            for g in lengths:
+                valid = np.ones((b, prompt), dtype=bool)
+                seg, pos = window_layout(valid, np.full(b, g), g)
+                feeds = {
+                    "prefix_embeds": np.zeros((b, prompt, dim), dtype=self.manifest.precision),
+                    "gen_ids": np.full((b, g), mask, dtype=np.int64),
+                    "segment_ids": seg,
+                    "position_ids": pos,
+                }
+                self.backend.run("denoise", feeds)  # warm-up: binding and first-run allocation
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    self.backend.run("denoise", feeds)
+                shapes.append((b, prompt + g))
+                seconds.append((time.perf_counter() - start) / repeats)
+        self.cost = CostModel.fit(shapes, seconds)
+        return self.cost
+
+    @property
+    def step_zero_graph(self) -> str:
+        return step_zero_graph(self.manifest.seer, self.manifest.model.num_layers)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def answer_ids(row: np.ndarray, eot_id: int) -> list[int]:
+    """A kept window's answer: ids before its first ``<|eot_id|>`` (the whole window when there is none)."""
+    ids = row.tolist()
+    return ids[: ids.index(eot_id)] if eot_id in ids else ids

@@ -1,0 +1,126 @@
+"""Dispatch plans, layouts and the loop's helpers (DESIGN §4 hybrid execution), without any model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from seer_trt.denoise import commit_top_k, uniform
+from seer_trt.dispatch import POLICIES, CostModel, plan_dispatch
+from seer_trt.errors import ConfigError
+from seer_trt.graphs import LengthBuckets
+from seer_trt.layout import packed_layout, padded_layout
+
+BUCKETS = LengthBuckets(batch=(1, 2, 4, 8), prompt=(16, 32, 64), answer=(8, 16, 32, 64))
+
+
+def test_hybrid_rho_rule_static_packed_and_eager():
+    # bucket 16: three rows of 15-16 -> rho = 1 - 47 / 48 -> static
+    # bucket 64: rows of 33 and 60 -> rho = 1 - 93 / 128 = 0.27 -> packed
+    # a lone row in bucket 32 -> eager straggler; a 3-token row -> eager (short)
+    prompts = [16, 16, 15, 5, 60, 20, 10]
+    kept = [16, 15, 16, 33, 60, 30, 3]
+    steps = [4, 4, 4, 9, 15, 8, 1]
+    plan = plan_dispatch(prompts, kept, steps, BUCKETS, "hybrid", tau_pad=0.2, short=4)
+    by_rows = {g.rows: g for g in plan.groups}
+    assert by_rows[(6,)].path == "eager" and (by_rows[(6,)].prompt_len, by_rows[(6,)].gen_len) == (10, 3)
+    assert by_rows[(5,)].path == "eager"
+    static = by_rows[(0, 1, 2)]
+    assert static.path == "static" and (static.prompt_len, static.gen_len, static.batch) == (16, 16, 3)
+    assert static.rho == pytest.approx(1 - 47 / 48) and static.waste == pytest.approx(1 - (32 + 31 + 31) / 96)
+    packed = by_rows[(3, 4)]
+    assert packed.path == "packed" and (packed.prompt_len, packed.gen_len, packed.batch) == (65, 93, 1)
+    assert packed.waste == 0 and packed.rho == pytest.approx(1 - 93 / 128) and packed.steps == 15
+    assert sorted(r for g in plan.groups for r in g.rows) == list(range(7))
+
+
+def test_tau_pad_moves_a_group_between_static_and_packed():
+    prompts, kept, steps = [5, 60], [33, 60], [9, 15]
+    assert plan_dispatch(prompts, kept, steps, BUCKETS, "hybrid", tau_pad=0.0).groups[0].path == "packed"
+    assert plan_dispatch(prompts, kept, steps, BUCKETS, "hybrid", tau_pad=1.0).groups[0].path == "static"
+
+
+def test_naive_pad_per_request_static_and_packed_policies():
+    prompts, kept, steps = [10, 20, 30], [5, 40, 12], [2, 10, 3]
+    naive = plan_dispatch(prompts, kept, steps, BUCKETS, "naive_pad")
+    assert [(g.rows, g.path, g.prompt_len, g.gen_len, g.steps) for g in naive.groups] == [
+        ((0, 1, 2), "static", 30, 40, 10)
+    ]
+    per = plan_dispatch(prompts, kept, steps, BUCKETS, "per_request")
+    assert [(g.rows, g.path, g.gen_len) for g in per.groups] == [((0,), "eager", 5), ((1,), "eager", 40),
+                                                                  ((2,), "eager", 12)]  # fmt: skip
+    static = plan_dispatch(prompts, kept, steps, BUCKETS, "static")
+    assert [(g.rows, g.gen_len) for g in static.groups] == [((0,), 8), ((2,), 16), ((1,), 64)]
+    assert all(g.path == "static" for g in static.groups)
+    assert all(g.path == "packed" for g in plan_dispatch(prompts, kept, steps, BUCKETS, "packed").groups)
+    # waste: naive pads every row to 30 + 40 for 10 steps; per request computes only what each row needs
+    assert naive.slots == 10 * 3 * 70 and naive.used == 2 * 15 + 10 * 60 + 3 * 42
+    assert per.waste == 0 and naive.waste > 0.5
+
+
+def test_groups_never_exceed_the_largest_batch_bucket():
+    plan = plan_dispatch([16] * 19, [16] * 19, [4] * 19, BUCKETS, "static")
+    assert [len(g.rows) for g in plan.groups] == [8, 8, 3]
+
+
+def test_cost_model_policy_follows_the_costs():
+    prompts, kept, steps = [16, 16, 16], [16, 16, 14], [4, 4, 4]
+    launch_bound = CostModel(c0=1.0, c1=1e-6, c2=0.0)  # a call costs the same whatever its size: one call
+    plan = plan_dispatch(prompts, kept, steps, BUCKETS, "cost_model", cost=launch_bound)
+    assert len(plan.groups) == 1 and plan.groups[0].path in ("static", "packed")
+    attention_bound = CostModel(c0=0.0, c1=0.0, c2=1.0)  # quadratic in the sequence: never pack, split is cheapest
+    plan = plan_dispatch(prompts, kept, steps, BUCKETS, "cost_model", cost=attention_bound)
+    assert {g.path for g in plan.groups} != {"packed"}
+    with pytest.raises(ConfigError, match="CostModel"):
+        plan_dispatch(prompts, kept, steps, BUCKETS, "cost_model")
+
+
+def test_cost_model_fit_recovers_its_coefficients():
+    true = CostModel(2e-3, 1e-6, 3e-9)
+    shapes = [(b, s) for b in (1, 4) for s in (32, 96, 288)]
+    fitted = CostModel.fit(shapes, [true(b, s) for b, s in shapes])
+    assert fitted.c0 == pytest.approx(true.c0, rel=1e-6) and fitted.c2 == pytest.approx(true.c2, rel=1e-6)
+
+
+def test_bad_policy_and_tau_pad_are_refused():
+    with pytest.raises(ConfigError, match="unknown dispatch policy 'fastest'"):
+        plan_dispatch([1], [1], [1], BUCKETS, "fastest")
+    with pytest.raises(ConfigError, match="tau_pad"):
+        plan_dispatch([1], [1], [1], BUCKETS, "hybrid", tau_pad=1.5)
+    assert set(POLICIES) >= {"hybrid", "naive_pad", "per_request", "cost_model"}
+
+
+def test_padded_and_packed_layouts_place_the_same_cells():
+    rng = np.random.default_rng(0)
+    prompts = [rng.standard_normal((p, 4)).astype(np.float32) for p in (3, 5)]
+    kept = np.array([4, 2])
+    x = np.array([[10, 11, 12, 13], [20, 21, 99, 99]])  # state [n, L_max]; 99 lies past row 1's window
+    pad = padded_layout(prompts, kept, prompt_len=6, gen_len=8)
+    assert pad.prefix_embeds.shape == (2, 6, 4) and pad.gen_ids(x, 0).tolist() == [
+        [10, 11, 12, 13, 0, 0, 0, 0], [20, 21, 0, 0, 0, 0, 0, 0]]  # fmt: skip
+    assert pad.segment_ids.tolist() == [[0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0],
+                                         [0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]]  # fmt: skip
+    pack = packed_layout(prompts, kept)
+    assert pack.gen_ids(x, 0).tolist() == [[10, 11, 12, 13, 20, 21]]
+    assert pack.segment_ids.tolist() == [[1, 1, 1, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2]]
+    assert pack.position_ids.tolist() == [[0, 1, 2, 0, 1, 2, 3, 4, 3, 4, 5, 6, 5, 6]]
+    np.testing.assert_array_equal(pack.prefix_embeds[0], np.concatenate(prompts))
+    out = np.arange(6)[None] + 100  # a graph output [1, 6] back into the state
+    assert pack.gather(out, (2, 4), -1).tolist() == [[100, 101, 102, 103], [104, 105, -1, -1]]
+
+
+def test_commit_top_k_per_row_with_ties_to_the_earlier_position():
+    conf = np.array([[0.1, 0.9, 0.9, -np.inf], [0.5, 0.2, 0.7, 0.1]])
+    assert commit_top_k(conf, np.array([2, 1])).tolist() == [[False, True, True, False], [False, False, True, False]]
+    assert commit_top_k(conf, np.array([0, 4]))[0].sum() == 0
+
+
+def test_uniform_noise_is_a_function_of_seed_step_and_position():
+    pos = np.array([[0, 1, 2], [0, 1, 2]])
+    a = uniform(np.array([7, 8]), 3, pos, 5)
+    assert a.shape == (2, 3, 5) and (a > 0).all() and (a < 1).all()
+    b = uniform(np.array([8]), 3, pos[:1], 5)  # row 1 alone draws what it drew in a batch
+    np.testing.assert_array_equal(a[1], b[0])
+    assert not np.array_equal(a[0], a[1]) and not np.array_equal(a, uniform(np.array([7, 8]), 4, pos, 5))
+    big = uniform(np.array([1]), 0, np.arange(2000)[None], 50).ravel()
+    assert abs(big.mean() - 0.5) < 0.01 and abs(big.std() - 12**-0.5) < 0.01

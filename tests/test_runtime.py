@@ -1,0 +1,246 @@
+"""The runtime pipeline on the fixture export (DESIGN §2, §4): tokens equal to the PyTorch reference, with and
+without Seer, in batches of one and mixed batches, under every dispatch policy and from several threads; bad
+input failing alone; the export folder checked; seer-run."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_imports import BLOCKER
+
+from seer_export.fixture import TaskEncoder
+from seer_export.models.loading import load_model
+from seer_export.models.registry import FIXTURE_DIR
+from seer_export.sampler import generate
+from seer_export.seer import seer_generate
+from seer_trt.cli_run import main as run_main
+from seer_trt.dispatch import POLICIES
+from seer_trt.errors import ManifestError
+from seer_trt.pipeline import Request, SeerPipeline
+from seer_trt.tasks import make_samples
+
+SAMPLES = make_samples(11, 10)  # held-out: the trainer draws from seeds >= 1_000_000
+
+
+@pytest.fixture(scope="module")
+def pipe(fixture_export) -> SeerPipeline:
+    folder, _, _ = fixture_export
+    return SeerPipeline.from_manifest(folder)
+
+
+@pytest.fixture(scope="module")
+def reference(fixture_export) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """PyTorch reference windows of SAMPLES: {"seer": (tokens [B, N], kept [B]), "baseline": ...}."""
+    _, manifest, _ = fixture_export
+    model = load_model(FIXTURE_DIR)
+    enc = TaskEncoder(FIXTURE_DIR, model.config)
+    with torch.no_grad():
+        prefix, valid = enc.prefix(model, SAMPLES)
+        seer, _ = seer_generate(model, prefix, valid, manifest.generation, enc.special, manifest.seer)
+        base = generate(model, prefix, valid, manifest.generation, enc.special)
+    return {"seer": (seer.tokens, seer.kept), "baseline": (base.tokens, base.kept)}
+
+
+def requests(seer: bool = True, **overrides) -> list[Request]:
+    return [Request(s.question, s.image, seer=seer, **overrides) for s in SAMPLES]
+
+
+def windows(results) -> list[list[int]]:
+    return [list(r.window) for r in results]
+
+
+@pytest.mark.parametrize("mode", ["seer", "baseline"])
+def test_pipeline_tokens_equal_the_pytorch_reference(pipe, reference, mode):
+    tokens, kept = reference[mode]
+    results = pipe.generate(requests(seer=mode == "seer"))
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r.kept for r in results] == kept.tolist()
+    assert windows(results) == [row[:k].tolist() for row, k in zip(tokens, kept, strict=True)]
+    eot = pipe.manifest.special_tokens.eot_id
+    for r in results:  # the answer is the window up to <|eot_id|>, and the text is its decoding
+        assert list(r.token_ids) == (list(r.window)[: list(r.window).index(eot)] if eot in r.window else list(r.window))
+        assert r.text == pipe.encoder.tokenizer.decode(list(r.token_ids), skip_special_tokens=True)
+        assert set(r.seconds) >= {"preprocess", "step_zero", "boundary", "dispatch", "denoise", "detokenize"}
+    if mode == "seer":
+        assert min(r.steps for r in results) < pipe.manifest.generation.steps  # truncation saved steps
+    alone = [pipe.generate(r)[0] for r in requests(seer=mode == "seer")[:3]]  # batch of one
+    assert windows(alone) == windows(results[:3])
+
+
+def test_every_policy_gives_the_same_tokens(pipe):
+    out = {p: pipe.generate_batch(requests(), policy=p) for p in POLICIES}
+    first = windows(out["hybrid"].results)
+    for policy, batch in out.items():
+        assert windows(batch.results) == first, policy
+        (plan,) = batch.plans
+        assert plan.policy == policy and sorted(r for g in plan.groups for r in g.rows) == list(range(len(SAMPLES)))
+    assert {g.path for g in out["packed"].plans[0].groups} == {"packed"}
+    assert {g.path for g in out["per_request"].plans[0].groups} == {"eager"}
+    assert len(out["naive_pad"].plans[0].groups) == 1
+    assert pipe.cost is not None and pipe.cost.c1 > 0  # cost_model measured the backend first
+
+
+def test_sampled_decoding_is_seeded_and_independent_of_dispatch(pipe):
+    reqs = [dataclasses.replace(r, seed=i) for i, r in enumerate(requests(temperature=0.7))]
+    packed = windows(pipe.generate(reqs, policy="packed"))
+    assert packed == windows(pipe.generate(reqs, policy="per_request"))
+    other = windows(pipe.generate([dataclasses.replace(r, seed=r.seed + 100) for r in reqs], policy="packed"))
+    assert other != packed
+
+
+def test_concurrent_threads_get_the_sequential_answers(pipe):
+    expected = windows(pipe.generate(requests()))
+    got: dict[int, list] = {}
+
+    def work(k: int) -> None:
+        got[k] = windows(pipe.generate(requests()[k:] + requests()[:k]))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert sorted(got) == [0, 1, 2, 3]
+    for k, w in got.items():
+        assert w == expected[k:] + expected[:k]
+
+
+def test_bad_requests_fail_alone(pipe, tmp_path):
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    good = requests()[:2]
+    bad = [
+        Request(""),
+        Request("look <image> here", image=broken),
+        Request("count to 3 .", image=tmp_path / "missing.png"),
+        Request("count to 3 . " * 200),
+        Request("count to 3 .", gen_length=7, block_length=3),
+        Request("count to 3 .", gen_length=4096),
+    ]
+    results = pipe.generate([good[0], *bad, good[1]])
+    assert results[0].ok and results[-1].ok
+    assert windows([results[0], results[-1]]) == windows(pipe.generate(good))
+    errors = [r.error for r in results[1:-1]]
+    assert all(errors), errors
+    for error, words in zip(errors, ["empty", "not a readable image", "does not exist", "largest prompt bucket",
+                                     "multiple of block_length", "largest answer bucket"], strict=True):  # fmt: skip
+        assert words in error
+
+
+def copy_export(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_export_folder_problems_are_one_clear_error(fixture_export, tmp_path):
+    src, _, _ = fixture_export
+    with pytest.raises(ManifestError, match="not an export folder"):
+        SeerPipeline.from_manifest(tmp_path / "nowhere")
+    bad = copy_export(src, tmp_path / "corrupt")
+    (bad / "manifest.json").write_text("{ not json")
+    with pytest.raises(ManifestError, match="not readable JSON"):
+        SeerPipeline.from_manifest(bad)
+    future = copy_export(src, tmp_path / "future")
+    data = json.loads((future / "manifest.json").read_text())
+    (future / "manifest.json").write_text(json.dumps({**data, "schema_version": "9.0"}))
+    with pytest.raises(ManifestError, match="schema_version 9.0 is not supported"):
+        SeerPipeline.from_manifest(future)
+    missing = copy_export(src, tmp_path / "missing")
+    (missing / "denoise.onnx").unlink()
+    with pytest.raises(ManifestError, match="denoise.onnx is missing"):
+        SeerPipeline.from_manifest(missing)
+    swapped = copy_export(src, tmp_path / "swapped")
+    shutil.copy(swapped / "embed.onnx", swapped / "denoise.onnx")
+    with pytest.raises(ManifestError, match="does not match the manifest"):
+        SeerPipeline.from_manifest(swapped).generate("count to 3 .")
+
+
+def test_unavailable_provider_is_an_error_not_a_cpu_fallback(fixture_export):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime build offers CUDA; the refusal is for builds without it")
+    with pytest.raises(Exception, match="offers .* not CUDAExecutionProvider"):
+        SeerPipeline.from_manifest(fixture_export[0], provider="cuda")
+
+
+def cli(argv: list[str], stdin: str | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdin
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = run_main(argv)
+            except SystemExit as exit_:  # argparse's errors exit from inside the parser
+                rc = exit_.code
+    finally:
+        sys.stdin = old
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_seer_run_prompt_json_and_jsonl(pipe, fixture_export, tmp_path):
+    folder = str(fixture_export[0])
+    expected = pipe.generate("count to 5 .")[0]
+    rc, out, err = cli(["--engines", folder, "--prompt", "count to 5 ."])
+    assert rc == 0, err
+    assert out.strip() == expected.text
+    rc, out, _ = cli(["--engines", folder, "--prompt", "count to 5 .", "--json", "--no-seer"])
+    data = json.loads(out)
+    assert rc == 0 and data["kept"] == pipe.manifest.generation.gen_length and data["error"] is None
+    lines = [json.dumps({"prompt": "count to 5 ."}), "{broken", json.dumps({"prompt": "repeat cat 3 times .",
+             "gen_length": 32}), json.dumps({"prompt": "x", "colour": "red"})]  # fmt: skip
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    rc, _, err = cli(
+        ["--engines", folder, "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "o.jsonl")]
+    )
+    assert rc == 0 and "2 answered, 2 failed" in err
+    got = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert got[0]["text"] == expected.text and got[2]["gen_length"] == 32
+    assert "line 2: not JSON" in got[1]["error"] and "unknown request key(s) ['colour']" in got[3]["error"]
+    rc, out, _ = cli(["--engines", folder, "--input", "-"], stdin=lines[0] + "\n")
+    assert rc == 0 and json.loads(out)["text"] == expected.text
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--engines", "{tmp}/none", "--prompt", "hi"], "not an export folder"),
+        (["--engines", "{export}", "--prompt", ""], "the prompt is empty"),
+        (["--engines", "{export}", "--prompt", "hi", "--image", "{tmp}/no.png"], "does not exist"),
+        (["--engines", "{export}", "--prompt", "hi", "--policy", "fast"], "invalid choice"),
+        (["--engines", "{export}", "--input", "{tmp}/none.jsonl"], "cannot read --input"),
+        (["--engines", "{export}"], "one of the arguments --prompt --input is required"),
+    ],
+)
+def test_seer_run_errors_are_one_line_exit_2(fixture_export, tmp_path, argv, words):
+    argv = [a.format(tmp=tmp_path, export=fixture_export[0]) for a in argv]
+    rc, out, err = cli(argv)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_generation_runs_with_torch_and_seer_export_blocked(fixture_export):
+    code = BLOCKER + (
+        "from seer_trt.pipeline import SeerPipeline\n"
+        f"pipe = SeerPipeline.from_manifest({str(fixture_export[0])!r})\n"
+        "r = pipe.generate('count to 4 .')[0]\n"
+        "assert r.ok and r.kept >= 1, r\n"
+        "assert not any(m.split('.')[0] in {'torch', 'transformers', 'seer_export', 'onnx'} for m in sys.modules)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
