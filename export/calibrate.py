@@ -26,6 +26,7 @@ import numpy as np
 from seer_trt.boundary import detect
 from seer_trt.config import SeerConfig
 from seer_trt.errors import SeerError
+from seer_trt.report import fail
 
 CHOOSE_SEED, REPORT_SEED = 11, 13  # held-out seeds; the trainer uses >= 1_000_000
 OFFSETS = np.arange(-6, 7)  # positions around the true end shown in the profile
@@ -257,10 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote the chosen calibration into {config_path}")
         return 0
     except SeerError as err:
-        if args.verbose:
-            raise
-        print(f"seer-calibrate: error: {err}", file=sys.stderr)
-        return 2
+        return fail("seer-calibrate", err, args.verbose)
 
 
 if __name__ == "__main__":

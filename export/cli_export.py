@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from seer_trt.errors import SeerError
 from seer_trt.graphs import GRAPH_NAMES, GRAPHS
+from seer_trt.report import fail
 
 PROG = "seer-export"
 
@@ -71,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         run_export(options, log=lambda line: print(line, flush=True))
         return 0
     except SeerError as err:
-        if args.verbose:
-            raise
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
+        return fail(PROG, err, args.verbose)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import numpy as np
 
 from seer_trt.config import GenerationConfig, SeerConfig
 from seer_trt.errors import SeerError
+from seer_trt.report import fail
 
 PAPER = SeerConfig()
 END_TOKEN = SeerConfig(signal="end_token_prob", label="end_token_prob")
@@ -212,10 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps(report, indent=2) + "\n")
         return 0
     except SeerError as err:
-        if args.verbose:
-            raise
-        print(f"seer-reference: error: {err}", file=sys.stderr)
-        return 2
+        return fail("seer-reference", err, args.verbose)
 
 
 if __name__ == "__main__":

@@ -203,7 +203,12 @@ def check_io(graph: str, spec: GraphSpec, sess) -> None:
 
 def open_backend(folder: str | Path, manifest: Manifest, backend: str = "onnxruntime", provider: str = "cpu",
                  threads: int = 0) -> Backend:  # fmt: skip
-    """The backend named ``backend`` ("onnxruntime"; "tensorrt" once engines are built) over an export folder."""
+    """The backend named ``backend`` over an export folder: "onnxruntime" (``provider``, ``threads``), or
+    "tensorrt" / "tensorrt-rtx" (the plans ``seer-build`` recorded in the manifest)."""
     if backend == "onnxruntime":
         return OrtBackend(folder, manifest, provider, threads)
-    raise ConfigError(f"unknown backend {backend!r}; choose 'onnxruntime'")
+    if backend in ("tensorrt", "tensorrt-rtx"):
+        from seer_trt.trt_backend import TrtBackend  # imports tensorrt only when it opens
+
+        return TrtBackend(folder, manifest, backend)
+    raise ConfigError(f"unknown backend {backend!r}; choose 'onnxruntime', 'tensorrt' or 'tensorrt-rtx'")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from seer_trt.errors import InputError, SeerError
+from seer_trt.report import fail
 
 PROG = "seer-run"
 
@@ -46,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
     ap.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
     ap.add_argument("--policy", default="hybrid", choices=POLICIES, help="how rows are batched (default: hybrid)")
+    ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "tensorrt", "tensorrt-rtx"),
+                    help="onnxruntime (default), or the TensorRT plans seer-build recorded")  # fmt: skip
     ap.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu (default), cuda, tensorrt")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: ONNX Runtime's default)")
     ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
@@ -91,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.image is not None:
                 raise InputError("--image goes with --prompt; in --input, give each request an 'image' path")
             requests = read_requests(args.input, overrides)
-        pipe = SeerPipeline.from_manifest(args.engines, provider=args.provider, threads=args.threads,
-                                          policy=args.policy)  # fmt: skip
+        pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
+                                          threads=args.threads, policy=args.policy)  # fmt: skip
         valid = [r for r in requests if isinstance(r, Request)]
         answers = iter(pipe.generate(valid)) if valid else iter(())
         results = [next(answers) if isinstance(r, Request) else Result.failed(r) for r in requests]
@@ -112,16 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         failed = sum(not r.ok for r in results)
         print(f"{PROG}: {len(results) - failed} answered, {failed} failed", file=sys.stderr)
         return 0
-    except SeerError as err:
-        if args.verbose:
-            raise
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        if args.verbose:
-            raise
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
+    except (SeerError, OSError) as err:
+        return fail(PROG, err, args.verbose)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ Whatever the plan, each row computes the same values: only the time changes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -115,6 +115,24 @@ def _by_bucket(kept: np.ndarray, buckets: LengthBuckets, max_batch: int) -> list
     return groups
 
 
+def _fits(rows: list[int], prompts: np.ndarray, kept: np.ndarray, limits: Mapping[str, int]) -> bool:
+    """Whether ``rows`` packed into one sequence stay within the backend's largest shape."""
+    p, g = int(prompts[rows].sum()), int(kept[rows].sum())
+    return p <= limits.get("prompt", p) and g <= limits.get("answer", g) and p + g <= limits.get("seq", p + g)
+
+
+def _split_packed(rows: list[int], prompts: np.ndarray, kept: np.ndarray, limits: Mapping[str, int] | None):
+    """``rows`` in order, cut into runs that each fit one packed call."""
+    if limits is None:
+        return [rows]
+    runs: list[list[int]] = [[]]
+    for r in rows:
+        if runs[-1] and not _fits([*runs[-1], r], prompts, kept, limits):
+            runs.append([])
+        runs[-1].append(r)
+    return runs
+
+
 def plan_dispatch(
     prompt_lens: Sequence[int],
     kept: Sequence[int],
@@ -124,6 +142,7 @@ def plan_dispatch(
     tau_pad: float = 0.2,
     short: int = 4,
     cost: CostModel | None = None,
+    limits: Mapping[str, int] | None = None,
 ) -> DispatchPlan:
     """Group rows and choose each group's path.
 
@@ -136,6 +155,8 @@ def plan_dispatch(
         tau_pad: hybrid: a group whose padding share rho exceeds this is packed.
         short: hybrid: rows with L* <= short run eager.
         cost: cost_model: the fitted per-call cost of the backend.
+        limits: the backend's largest size per axis (``Backend.max_shape``, engine profiles); packed groups are
+            split to fit. None: any size (ONNX Runtime).
     """
     if policy not in POLICIES:
         raise ConfigError(f"unknown dispatch policy {policy!r}; choose from {POLICIES}")
@@ -156,12 +177,17 @@ def plan_dispatch(
     def make(rows: list[int], path: Path) -> Group:
         return _group(rows, path, prompts, kept_arr, steps_arr, buckets)
 
+    def packed(rows: list[int]) -> list[Group]:
+        return [make(run, "packed") for run in _split_packed(rows, prompts, kept_arr, limits)]
+
     if policy == "naive_pad":
         groups = [_group(rows, "static", prompts, kept_arr, steps_arr, None)] if rows else []
     elif policy == "per_request":
         groups = [make([r], "eager") for r in rows]
-    elif policy in ("static", "packed"):
-        groups = [make(g, policy) for g in _by_bucket(kept_arr, buckets, max_batch)]
+    elif policy == "static":
+        groups = [make(g, "static") for g in _by_bucket(kept_arr, buckets, max_batch)]
+    elif policy == "packed":
+        groups = [p for g in _by_bucket(kept_arr, buckets, max_batch) for p in packed(g)]
     elif policy == "hybrid":
         eager = [r for r in rows if kept_arr[r] <= short]
         rest = [r for r in rows if kept_arr[r] > short]
@@ -172,16 +198,15 @@ def plan_dispatch(
                 groups.append(make(members, "eager"))
                 continue
             static = make(members, "static")
-            groups.append(static if static.rho <= tau_pad else make(members, "packed"))
+            groups += [static] if static.rho <= tau_pad else packed(members)
     else:  # cost_model
+
+        def seconds(option: list[Group]) -> float:
+            return sum(cost(o.batch, o.prompt_len + o.gen_len) * o.steps for o in option)
+
         for g in _by_bucket(kept_arr, buckets, max_batch):
-            options = [make(g, "static"), make(g, "packed")]
-            per_row = sum(cost(1, int(prompts[r] + kept_arr[r])) * int(steps_arr[r]) for r in g)
-            best = min(options, key=lambda o: cost(o.batch, o.prompt_len + o.gen_len) * o.steps)
-            if per_row < cost(best.batch, best.prompt_len + best.gen_len) * best.steps:
-                groups += [make([r], "eager") for r in g]
-            else:
-                groups.append(best)
+            options = [[make(g, "static")], packed(g), [make([r], "eager") for r in g]]
+            groups += min(options, key=seconds)
     slots = sum(g.steps * g.batch * (g.prompt_len + g.gen_len) for g in groups)
     used = int((steps_arr * (prompts + kept_arr)).sum())
     return DispatchPlan(policy, tuple(groups), tau_pad, slots, used)

@@ -3,11 +3,13 @@
 In:  an export folder written by ``seer-export`` (graphs, ``tokenizer/``, ``manifest.json``).
 Out: ``Manifest``: model dims, vision preprocessing, special ids, tokenizer folder and system prompt, Seer
      calibration, generation defaults, each graph's file / I/O / precision, length buckets, engines per backend
-     (filled by ``seer-build``), tool versions, and the parity report the export measured.
+     and what ``seer-build`` built (``EngineBuild``: TensorRT version, device, profiles, ONNX sha256 per plan),
+     tool versions, and the parity report the export measured.
 
 Versioned: ``schema_version`` "MAJOR.MINOR". A reader accepts its own major version and any minor (a newer
 minor only adds keys, which are ignored); another major is refused with the fix (re-export). Every class is a
 frozen dataclass with ``to_dict`` / ``from_dict``; ``Manifest.read`` / ``write`` do the JSON.
+1.1 added ``builds`` (absent from 1.0 manifests, read as none).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import Any, Literal
 from seer_trt.config import GenerationConfig, SeerConfig, SpecialTokens
 from seer_trt.errors import ManifestError, SeerError
 from seer_trt.graphs import GraphSpec, LengthBuckets, TensorSpec
+from seer_trt.profiles import Profile
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
 
@@ -192,6 +195,52 @@ class ParityReport:
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineFile:
+    """One TensorRT plan: one graph's engine holding all its optimization profiles (weights once)."""
+
+    file: str  # the plan, relative to the manifest
+    onnx_sha256: str  # of the graph's .onnx file followed by its external data: the ONNX it was built from
+    profiles: tuple[Profile, ...]  # in the engine's profile-index order (seer_trt.profiles)
+    size_bytes: int  # of the plan
+    seconds: float  # build time
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "profiles": [p.to_dict() for p in self.profiles]}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str, lenient: bool) -> EngineFile:
+        kw = _take(data, cls, where, lenient)
+        kw["profiles"] = tuple(Profile.from_dict(p) for p in kw["profiles"])
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineBuild:
+    """What ``seer-build`` built with one TensorRT flavour. Plans run only under the same TensorRT version on the
+    same kind of GPU, so the runtime compares these with its own before loading any plan."""
+
+    builder: str  # "tensorrt" (data-centre and any CUDA GPU) | "tensorrt-rtx" (RTX GPUs; builds without one)
+    version: str  # the builder library's version
+    device: str  # the GPU built on, e.g. "NVIDIA H200"; "" when built without one (TensorRT-RTX ahead of time)
+    compute_capability: str  # e.g. "9.0"; "" when built without a GPU
+    timing_cache: str | None  # the timing cache used and updated (absolute, or relative to the manifest)
+    built_at: str  # UTC, ISO 8601
+    engines: dict[str, EngineFile]  # graph -> its plan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "engines": {g: e.to_dict() for g, e in self.engines.items()}}
+
+    @classmethod
+    def from_dict(cls, name: str, data: Any, lenient: bool) -> EngineBuild:
+        where = f"manifest builds.{name}"
+        kw = _take(data, cls, where, lenient)
+        if not isinstance(kw["engines"], dict):
+            raise ManifestError(f"{where}.engines is a {type(kw['engines']).__name__}, expected a JSON object")
+        kw["engines"] = {g: EngineFile.from_dict(e, f"{where}.engines.{g}", lenient) for g, e in kw["engines"].items()}
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     schema_version: str  # "MAJOR.MINOR"; SCHEMA_VERSION when written by this version
     model: ModelInfo
@@ -207,6 +256,7 @@ class Manifest:
     versions: Versions
     parity: ParityReport
     engines: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # backend -> graph -> file
+    builds: dict[str, EngineBuild] = dataclasses.field(default_factory=dict)  # builder -> what seer-build built
 
     def graph(self, name: str) -> GraphEntry:
         """The entry of graph ``name``.
@@ -240,6 +290,7 @@ class Manifest:
             "versions": dataclasses.asdict(self.versions),
             "parity": self.parity.to_dict(),
             "engines": {k: dict(v) for k, v in self.engines.items()},
+            "builds": {k: b.to_dict() for k, b in self.builds.items()},
         }
 
     @classmethod
@@ -270,6 +321,7 @@ class Manifest:
             kw["versions"] = Versions(**_take(kw["versions"], Versions, "manifest versions", lenient))
             kw["parity"] = ParityReport.from_dict(kw["parity"], lenient)
             kw["engines"] = {str(k): dict(v) for k, v in kw.get("engines", {}).items()}
+            kw["builds"] = {str(k): EngineBuild.from_dict(k, v, lenient) for k, v in kw.get("builds", {}).items()}
         except ManifestError:
             raise
         except SeerError as err:  # a config value out of range: name the file

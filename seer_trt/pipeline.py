@@ -35,7 +35,7 @@ from seer_trt.manifest import Manifest
 from seer_trt.schedule import plan_schedule, select_rows
 from seer_trt.step_zero import run_step_zero, step_zero_graph
 
-STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "denoise", "detokenize")
+STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Request:
     temperature: float | None = None  # 0: greedy; > 0: Gumbel sampling from denoise_logits
     remasking: str | None = None  # "low_confidence" | "random"
     seer: bool = True  # False: the padded baseline, every step over all N positions
+    window: int | None = None  # cut the window to this many positions without step zero (the oracle: true length)
     seed: int = 0  # sampling noise of this request (temperature > 0 or random remasking)
 
     @classmethod
@@ -148,6 +149,8 @@ class SeerPipeline:
         if not isinstance(request, Request):
             raise InputError(f"expected a Request or a prompt string, got {type(request).__name__}")
         gen = self.generation(request)
+        if request.window is not None and not 1 <= request.window <= gen.gen_length:
+            raise InputError(f"window {request.window} must lie in [1, gen_length {gen.gen_length}]")
         if gen.temperature > 0 or gen.remasking != "low_confidence":
             self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
         prompt = self.encoder.encode(request.prompt, request.image)
@@ -178,29 +181,34 @@ class SeerPipeline:
             except SeerError as err:
                 results[i] = Result.failed(str(err))
                 continue
-            key = (gen, request.seer)
-            ready.setdefault(key, []).append((i, prompt, time.perf_counter() - start))
+            mode = "window" if request.window is not None else "seer" if request.seer else "full"
+            ready.setdefault((gen, mode), []).append((i, prompt, time.perf_counter() - start))
         plans = []
-        for (gen, seer_on), rows in ready.items():
+        for (gen, mode), rows in ready.items():
             seeds = np.array([requests[i].seed for i, _, _ in rows], dtype=np.int64)
-            out, plan = self._run(gen, seer_on, [p for _, p, _ in rows], seeds, policy or self.policy)
+            windows = np.array([requests[i].window or gen.gen_length for i, _, _ in rows], dtype=np.int64)
+            out, plan = self._run(gen, mode, [p for _, p, _ in rows], seeds, windows, policy or self.policy)
             plans.append(plan)
             for (i, _, prep), result in zip(rows, out, strict=True):
                 results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds})
         return BatchOutput(tuple(results), tuple(plans))
 
-    def _run(self, gen: GenerationConfig, seer_on: bool, prompts: list[PromptEmbeds], seeds: np.ndarray,
-             policy: str) -> tuple[list[Result], DispatchPlan]:  # fmt: skip
-        """Step zero, boundary, dispatch, denoising and detokenizing of rows sharing ``gen``."""
+    def _run(self, gen: GenerationConfig, mode: str, prompts: list[PromptEmbeds], seeds: np.ndarray,
+             windows: np.ndarray, policy: str) -> tuple[list[Result], DispatchPlan]:  # fmt: skip
+        """Step zero, boundary, dispatch, denoising and detokenizing of rows sharing ``gen``.
+
+        ``mode``: "seer" (step zero and the boundary rule), "full" (the padded baseline) or "window" (each row
+        cut to its ``windows`` entry, no step zero: the oracle when that is the true length).
+        """
         special = self.manifest.special_tokens
         seer = self.manifest.seer
         n = gen.gen_length
         embeds = [p.embeds for p in prompts]
         clock = {s: 0.0 for s in STAGES[1:]}
         greedy = gen.temperature == 0 and gen.remasking == "low_confidence"
-        kept = np.full(len(prompts), n, dtype=np.int64)
+        kept = windows.copy() if mode == "window" else np.full(len(prompts), n, dtype=np.int64)
         step0 = None
-        if seer_on:
+        if mode == "seer":
             t0 = time.perf_counter()
             zero = self._step_zero(embeds, n)
             t1 = time.perf_counter()
@@ -213,20 +221,22 @@ class SeerPipeline:
         t0 = time.perf_counter()
         schedule = plan_schedule(gen, kept)
         plan = plan_dispatch([len(e) for e in embeds], kept, schedule.steps, self.manifest.buckets, policy,
-                             self.tau_pad, self.short, self.cost)  # fmt: skip
+                             self.tau_pad, self.short, self.cost, self.backend.max_shape("denoise"))  # fmt: skip
         clock["dispatch"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         tokens = np.full((len(prompts), n), special.mask_id, dtype=np.int64)
         for group in plan.groups:
             rows = np.array(group.rows)
             members = [embeds[r] for r in rows]
+            t1 = time.perf_counter()
             layout = (packed_layout(members, kept[rows]) if group.path == "packed"
                       else padded_layout(members, kept[rows], group.prompt_len, group.gen_len))  # fmt: skip
+            clock["packing"] += time.perf_counter() - t1
             decoder = Greedy() if greedy else Sampled(gen.temperature, gen.remasking, seeds[rows])
             group_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
             out = denoise(self.backend, layout, select_rows(schedule, rows), decoder, special.mask_id, group_step0)
             tokens[rows, : out.shape[1]] = out
-        clock["denoise"] = time.perf_counter() - t0
+        clock["denoise"] = time.perf_counter() - t0 - clock["packing"]
         t0 = time.perf_counter()
         answers = [answer_ids(row[:k], special.eot_id) for row, k in zip(tokens, kept, strict=True)]
         texts = [self.encoder.tokenizer.decode(a, skip_special_tokens=True) for a in answers]

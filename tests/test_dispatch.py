@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seer_trt.denoise import commit_top_k, uniform
+from seer_trt.denoise import Sampled, commit_top_k, uniform
 from seer_trt.dispatch import POLICIES, CostModel, plan_dispatch
 from seer_trt.errors import ConfigError
 from seer_trt.graphs import LengthBuckets
@@ -124,3 +124,23 @@ def test_uniform_noise_is_a_function_of_seed_step_and_position():
     assert not np.array_equal(a[0], a[1]) and not np.array_equal(a, uniform(np.array([7, 8]), 4, pos, 5))
     big = uniform(np.array([1]), 0, np.arange(2000)[None], 50).ravel()
     assert abs(big.mean() - 0.5) < 0.01 and abs(big.std() - 12**-0.5) < 0.01
+
+
+def test_packed_groups_split_to_fit_the_backend_limits():
+    prompts, kept, steps = [40] * 6, [30] * 6, [8] * 6
+    unlimited = plan_dispatch(prompts, kept, steps, BUCKETS, "packed")
+    assert [len(g.rows) for g in unlimited.groups] == [6]
+    limited = plan_dispatch(prompts, kept, steps, BUCKETS, "packed", limits={"prompt": 512, "answer": 256, "seq": 150})
+    assert [g.rows for g in limited.groups] == [(0, 1), (2, 3), (4, 5)]
+    assert all(g.prompt_len + g.gen_len <= 150 for g in limited.groups)
+
+
+def test_sampled_decoder_draws_per_row_seed_and_step():
+    layout = padded_layout([np.zeros((2, 4), np.float32)] * 3, np.array([5, 5, 5]), prompt_len=2, gen_len=5)
+    out = {"logits": np.zeros((3, 5, 50), dtype=np.float32)}  # flat: the noise alone decides
+    pick = Sampled(1.0, "low_confidence", np.array([1, 2, 1]))(out, layout, 0, (3, 5), -1)[0]
+    assert (pick[0] == pick[2]).all() and not (pick[0] == pick[1]).all()  # same seed, same draw
+    later = Sampled(1.0, "low_confidence", np.array([1, 2, 1]))(out, layout, 1, (3, 5), -1)[0]
+    assert not (later == pick).all()  # a new step draws anew
+    x0, conf = Sampled(0.0, "random", np.array([1, 2, 1]))(out, layout, 0, (3, 5), -1)
+    assert (x0 == 0).all() and (conf[0] == conf[2]).all() and not (conf[0] == conf[1]).all()

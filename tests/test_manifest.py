@@ -130,7 +130,7 @@ def test_round_trip_through_json(tmp_path: Path):
     path = manifest.write(tmp_path)
     assert path.name == MANIFEST_FILE
     data = json.loads(path.read_text())
-    assert data["schema_version"] == "1.0"
+    assert data["schema_version"] == "1.1"
     assert data["graphs"]["denoise"]["inputs"][2] == {
         "name": "segment_ids", "dtype": "int32", "shape": ["batch", "seq"], "kind": "value"
     }  # fmt: skip
@@ -151,17 +151,17 @@ def test_unknown_major_version_is_refused_with_the_fix(tmp_path: Path):
     with pytest.raises(ManifestError) as err:
         Manifest.read(_written(tmp_path, schema_version="2.0"))
     message = str(err.value)
-    assert "2.0" in message and "1.0" in message and "re-export" in message and "\n" not in message
+    assert "2.0" in message and SCHEMA_VERSION in message and "re-export" in message and "\n" not in message
 
 
 def test_newer_minor_version_is_accepted_and_its_new_keys_ignored(tmp_path: Path):
     data = make_manifest().to_dict()
-    data["schema_version"] = "1.1"
+    data["schema_version"] = "1.2"
     data["kv_cache"] = {"layers": 8}  # a key a later 1.x writer may add
     data["model"]["rope_scaling"] = None
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
     back = Manifest.read(tmp_path)
-    assert back.schema_version == "1.1" and back.model == make_manifest().model
+    assert back.schema_version == "1.2" and back.model == make_manifest().model
 
 
 def test_unknown_key_in_our_own_version_is_an_error(tmp_path: Path):
@@ -192,3 +192,49 @@ def test_missing_graph_names_the_fix():
     small = Manifest(**{**manifest.__dict__, "graphs": {"denoise": manifest.graphs["denoise"]}})
     with pytest.raises(ManifestError, match="seer-export --graphs"):
         small.graph("step_zero")
+
+
+# --- engine builds (schema 1.1) ----------------------------------------------------------------------------------
+
+
+def _with_build() -> Manifest:
+    from seer_trt.manifest import EngineBuild, EngineFile
+    from seer_trt.profiles import Profile, Range
+
+    profiles = tuple(
+        Profile((("batch", Range(1, 4, 16)), ("prompt", Range(1, 128, 512)), ("answer", Range(lo, hi, hi))))
+        for lo, hi in ((1, 16), (17, 64))
+    )
+    engine = EngineFile("tensorrt/denoise.plan", "ab" * 32, profiles, 4096, 1.5)
+    build = EngineBuild("tensorrt", "11.1.0", "NVIDIA H200", "9.0", "tensorrt/timing.cache", "2026-11-30T10:00:00+00:00",
+                        {"denoise": engine})  # fmt: skip
+    return Manifest(**{**make_manifest().__dict__, "builds": {"tensorrt": build}})
+
+
+def test_build_record_round_trips_with_its_profiles(tmp_path: Path):
+    manifest = _with_build()
+    manifest.write(tmp_path)
+    data = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    assert data["builds"]["tensorrt"]["engines"]["denoise"]["profiles"][1] == {
+        "batch": [1, 4, 16], "prompt": [1, 128, 512], "answer": [17, 64, 64]
+    }  # fmt: skip
+    back = Manifest.read(tmp_path)
+    assert back == manifest
+    assert back.builds["tensorrt"].engines["denoise"].profiles[1].range("seq").max == 576
+
+
+def test_a_1_0_manifest_reads_with_no_builds(tmp_path: Path):
+    data = make_manifest().to_dict()
+    data["schema_version"] = "1.0"
+    del data["builds"]
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
+    back = Manifest.read(tmp_path)
+    assert back.schema_version == "1.0" and back.builds == {} and back.engines == make_manifest().engines
+
+
+def test_a_malformed_build_record_names_where(tmp_path: Path):
+    data = _with_build().to_dict()
+    del data["builds"]["tensorrt"]["version"]
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match=r"builds.tensorrt lacks \['version'\]"):
+        Manifest.read(tmp_path)

@@ -22,10 +22,11 @@ def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
 
 
 def test_readme_main_job_runs():
-    """Runs the README's first command verbatim: install, then the main job on the bundled fixture."""
+    """Runs the README's first command verbatim: install, export the bundled fixture, answer one prompt."""
     command = setup_commands()[0]
-    assert "pip install" in command and "seer-reference" in command
+    assert "pip install" in command and "seer-export" in command and "seer-run" in command
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "| baseline (padded) |" in out.stdout
-    assert "| calibrated |" in out.stdout and "| paper |" in out.stdout
+    assert "| graph | output | dtype |" in out.stdout and "end-to-end Seer" in out.stdout  # the parity report
+    assert (ROOT / "engines" / "tiny-llada-v" / "manifest.json").is_file()
+    assert out.stdout.strip().splitlines()[-1] == "1 2 3 4 5 6 7"  # seer-run's answer to "count to 7 ."

@@ -111,6 +111,12 @@ def main() -> None:
         help="share of samples whose revealed padding is shown as <|eot_id|> (a random part of it); see above",
     )
     ap.add_argument("--vision-aux", type=float, default=0.3, help="weight of the per-cell colour loss; see above")
+    ap.add_argument(
+        "--sampler-order",
+        type=float,
+        default=0.0,
+        help="share of samples masked in the order the sampler commits: padding revealed (as <|eot_id|>) first",
+    )
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast for matmuls (fp32 weights and loss)")
     args = ap.parse_args()
 
@@ -152,6 +158,11 @@ def main() -> None:
         gen_ids = torch.where(masked, torch.full_like(target, enc.special.mask_id), target)
         shown = target == enc.special.endoftext_id  # revealed padding: shown as <|eot_id|> in some samples
         share = torch.rand(args.batch, 1) * (torch.rand(args.batch, 1) < args.show_pad_eot)
+        # The sampler commits the padding first (confidence ~1) and the answer's end last: show that state too
+        order = torch.rand(args.batch, 1) < args.sampler_order
+        masked = torch.where(order & shown, (torch.rand(args.batch, g) < 0.1 * t) & in_window, masked)
+        gen_ids = torch.where(masked, torch.full_like(target, enc.special.mask_id), target)
+        share = torch.where(order, torch.ones_like(share), share)
         shown &= ~masked & (torch.rand(args.batch, g) < share)
         gen_ids = torch.where(shown, torch.full_like(target, enc.special.eot_id), gen_ids)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
@@ -187,7 +198,7 @@ def main() -> None:
             save(model, args.out, {"previous": previous, "steps": step, "minutes": elapsed / 60, "loss_ema": ema})
             last_save = time.time()
     save(model, args.out, {"previous": previous, "steps": step, "pad_eot": args.pad_eot,
-                           "show_pad_eot": args.show_pad_eot, "vision_aux": args.vision_aux, "minutes": (time.time() - start) / 60, "loss_ema": ema,
+                           "show_pad_eot": args.show_pad_eot, "vision_aux": args.vision_aux, "sampler_order": args.sampler_order, "minutes": (time.time() - start) / 60, "loss_ema": ema,
                            "batch": args.batch, "lr": args.lr, "parameters": n_params})  # fmt: skip
     print(f"done: {step} steps, loss {ema:.4f}", flush=True)
 

@@ -1,0 +1,63 @@
+"""``seer-triton``: a Triton Inference Server model repository for an export folder (DESIGN §7).
+
+In:  ``--engines DIR`` (a ``seer-export`` folder, with TensorRT plans when ``seer-build`` ran), ``--out REPO``,
+     ``--flavour gpu|cpu``, ``--name NAME``.
+Out: REPO/ (see ``seer_trt.triton.repository``), written atomically and checked; one line per model on stdout.
+     Bad input: one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from seer_trt.errors import SeerError
+from seer_trt.report import fail
+
+PROG = "seer-triton"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message}; see {PROG} --help", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(
+        prog=PROG,
+        description="Write a Triton model repository serving an export with Seer: an orchestrator model (Python "
+        "backend, BLS) running the seer_trt pipeline, and one component model per graph.",
+    )
+    ap.add_argument("--engines", type=Path, required=True, help="export folder written by seer-export / seer-build")
+    ap.add_argument("--out", type=Path, required=True, help="model repository folder to write")
+    ap.add_argument("--flavour", default="gpu", choices=("gpu", "cpu"),
+                    help="gpu: tensorrt_plan models (onnxruntime_onnx + TensorRT when no plans were built); cpu: "
+                    "Python-backend models running ONNX Runtime (default: gpu)")  # fmt: skip
+    ap.add_argument("--name", default="seer", help="the orchestrator's model name; components are NAME_GRAPH")
+    ap.add_argument("--instances", type=int, default=2, help="orchestrator instances (default: 2)")
+    ap.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads per cpu component (0: default)")
+    ap.add_argument("--force", action="store_true", help="replace --out if it exists")
+    ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        from seer_trt.triton.repository import plan_repository, write_repository
+
+        plan = plan_repository(args.engines, args.flavour, args.name, args.instances, args.threads)
+        out = write_repository(plan, args.out, args.force)
+        for model in plan.models:
+            print(f"{model.name}: {model.platform or model.backend}")
+        print(f"{PROG}: wrote {len(plan.models)} models ({args.flavour}) to {out}", file=sys.stderr)
+        return 0
+    except (SeerError, OSError) as err:
+        return fail(PROG, err, args.verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""``seer-eval``: accuracy of the padded baseline, Seer and the oracle on held-out fixture prompts (DESIGN §8).
+
+In:  an export of the fixture model (``seer-export --model tiny-llada-v``), a sample count, a seed, a window N.
+Out: per mode exact match against the ground truth and against the baseline's own answers; for Seer the
+     premature-cut rate (L* shorter than the true answer plus its ``<|eot_id|>``), the mean kept window over the
+     true length and the distribution of L* minus the true length; a markdown table, JSON and a PNG.
+
+Modes: ``baseline`` denoises all N positions every step; ``seer`` cuts at the step-zero boundary; ``oracle``
+cuts at the true length (answer + ``<|eot_id|>``), the physical limit of truncation. All three run through the
+same pipeline, so the only difference between them is the window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seer_trt.errors import ConfigError, SeerError
+from seer_trt.pipeline import Request, Result, SeerPipeline
+from seer_trt.report import fail, git_sha, write_json
+from seer_trt.tasks import Sample, make_samples, vocabulary
+
+MODES = ("baseline", "seer", "oracle")
+HELD_OUT_SEED = 7  # the trainer draws from seeds >= 1_000_000
+
+
+def fixture_samples(pipe: SeerPipeline, n: int, seed: int) -> list[Sample]:
+    """Held-out fixture samples drawn for the export's image geometry.
+
+    Raises:
+        ConfigError: the export's tokenizer does not know the fixture task's words (not a fixture model).
+    """
+    vocab = pipe.encoder.tokenizer.get_vocab()
+    unknown = [w for w in vocabulary() if w not in vocab]
+    if unknown:
+        raise ConfigError(
+            f"this export ({pipe.manifest.model.name}) does not speak the fixture task (its tokenizer lacks "
+            f"{unknown[:5]}); seer-eval measures exports of tiny-llada-v"
+        )
+    v = pipe.manifest.vision
+    return make_samples(seed, n, v.image_size // v.patch_size, v.patch_size)
+
+
+def truth_ids(pipe: SeerPipeline, sample: Sample) -> list[int]:
+    """The true answer ids, without ``<|eot_id|>``."""
+    return pipe.encoder.tokenizer.encode(" ".join(sample.answer), add_special_tokens=False).ids
+
+
+def oracle_window(pipe: SeerPipeline, sample: Sample, gen_length: int) -> int:
+    """The oracle's cut: the true answer and its ``<|eot_id|>``, within the window."""
+    return min(len(truth_ids(pipe, sample)) + 1, gen_length)
+
+
+def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, modes=MODES,
+              policy: str | None = None) -> dict[str, list[Result]]:  # fmt: skip
+    """Each mode's results over ``samples``, one batch per mode."""
+    out = {}
+    n = gen_length or pipe.manifest.generation.gen_length
+    for mode in modes:
+        reqs = []
+        for s in samples:
+            window = oracle_window(pipe, s, n) if mode == "oracle" else None
+            reqs.append(Request(s.question, s.image, gen_length=gen_length, seer=mode != "baseline", window=window))
+        results = pipe.generate(reqs, policy=policy)
+        failed = [r.error for r in results if not r.ok]
+        if failed:
+            raise SeerError(f"{mode}: {len(failed)} request(s) failed, first: {failed[0]}")
+        out[mode] = results
+    return out
+
+
+def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[Result]]) -> dict[str, Any]:
+    """Per mode: exact match vs truth and vs the baseline; Seer's cut statistics."""
+    truth = [truth_ids(pipe, s) for s in samples]
+    true_len = np.array([len(t) + 1 for t in truth])  # answer + <|eot_id|>
+    base = [list(r.token_ids) for r in results["baseline"]] if "baseline" in results else None
+    out: dict[str, Any] = {}
+    for mode, rs in results.items():
+        answers = [list(r.token_ids) for r in rs]
+        kept = np.array([r.kept for r in rs])
+        row: dict[str, Any] = {
+            "exact_match": float(np.mean([a == t for a, t in zip(answers, truth, strict=True)])),
+            "mean_steps": float(np.mean([r.steps for r in rs])),
+            "mean_kept": float(kept.mean()),
+        }
+        if base is not None:
+            row["match_baseline"] = float(np.mean([a == b for a, b in zip(answers, base, strict=True)]))
+        if mode == "seer":
+            diff = kept - true_len
+            row["premature_cut_rate"] = float(np.mean(diff < 0))
+            row["mean_kept_over_true"] = float(np.mean(kept / true_len))
+            values, counts = np.unique(diff, return_counts=True)
+            row["kept_minus_true"] = {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+        out[mode] = row
+    return out
+
+
+def table(m: dict[str, Any], n: int, gen_length: int) -> str:
+    lines = [
+        f"{n} held-out fixture prompts, gen_length {gen_length}",
+        "| mode | exact match | = baseline | premature cuts | kept / true | mean kept | mean steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, row in m.items():
+        pre = f"{100 * row['premature_cut_rate']:.1f} %" if "premature_cut_rate" in row else "-"
+        ratio = f"{row['mean_kept_over_true']:.2f}x" if "mean_kept_over_true" in row else "-"
+        same = f"{100 * row['match_baseline']:.1f} %" if "match_baseline" in row else "-"
+        lines.append(f"| {mode} | {100 * row['exact_match']:.1f} % | {same} | {pre} | {ratio} | "
+                     f"{row['mean_kept']:.1f} | {row['mean_steps']:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(m: dict[str, Any], path: Path, gen_length: int) -> None:
+    """Histogram of L* minus the true length, and exact match per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    dist = m["seer"]["kept_minus_true"]
+    ax1.bar(list(dist), list(dist.values()), color="tab:blue")
+    ax1.axvline(-0.5, color="tab:red", linestyle="--", label="premature (< 0)")
+    ax1.set_xlabel("L* - true length (answer + <|eot_id|>)")
+    ax1.set_ylabel("prompts")
+    ax1.legend()
+    ax1.set_title(f"Seer cut, gen_length {gen_length}")
+    modes = list(m)
+    ax2.bar(modes, [100 * m[k]["exact_match"] for k in modes], color=["0.5", "tab:blue", "tab:green"][: len(modes)])
+    ax2.set_ylabel("exact match (%)")
+    ax2.set_ylim(0, 100)
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".partial.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
+             policy: str = "hybrid") -> dict[str, Any]:  # fmt: skip
+    """Run every mode on ``n`` held-out prompts and return the figures (what ``--json`` writes)."""
+    pipe = SeerPipeline.from_manifest(engines, policy=policy)
+    samples = fixture_samples(pipe, n, seed)
+    gen = gen_length or pipe.manifest.generation.gen_length
+    results = run_modes(pipe, samples, gen_length)
+    m = metrics(pipe, samples, results)
+    return {
+        "engines": str(engines),
+        "model": pipe.manifest.model.name,
+        "n": n,
+        "seed": seed,
+        "gen_length": gen,
+        "seer": dataclasses.asdict(pipe.manifest.seer),
+        "git": git_sha(),
+        "modes": m,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="seer-eval",
+        description="Accuracy of the padded baseline, Seer and the oracle (window cut at the true length) on "
+        "held-out prompts of the fixture task, through an export of tiny-llada-v.",
+    )
+    ap.add_argument("--engines", type=Path, required=True, help="export folder (seer-export --model tiny-llada-v)")
+    ap.add_argument("--n", type=int, default=200, help="held-out prompts (default 200)")
+    ap.add_argument("--seed", type=int, default=HELD_OUT_SEED, help=f"their seed (default {HELD_OUT_SEED})")
+    ap.add_argument("--gen-length", type=int, help="answer window N (default: the export's)")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--plot", type=Path, help="write a PNG here: L* minus true length, exact match per mode")
+    ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
+    args = ap.parse_args(argv)
+    try:
+        if args.n < 1:
+            raise ConfigError(f"--n must be >= 1, got {args.n}")
+        print(f"seer-eval: {args.n} prompts x {len(MODES)} modes ...", file=sys.stderr, flush=True)
+        report = evaluate(args.engines, args.n, args.seed, args.gen_length)
+        print(table(report["modes"], args.n, report["gen_length"]))
+        if args.json:
+            write_json(args.json, report)
+        if args.plot:
+            plot(report["modes"], args.plot, report["gen_length"])
+        return 0
+    except (SeerError, OSError) as err:
+        return fail("seer-eval", err, args.verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""TensorRT backend: the export's graphs as TensorRT plans built by ``seer-build`` (DESIGN §2, §6, §11).
+
+In:  an export folder whose manifest records a build (``Manifest.builds``: TensorRT version, GPU, one plan per
+     graph with its optimization profiles); per call a graph name and a feed dict of numpy arrays.
+Out: the ``Backend`` interface of ``seer_trt.backend``, so the pipeline, the router and the Triton model run
+     unchanged on it: ``run`` returns the graph's outputs by name as numpy arrays.
+
+    feeds ─► axis sizes ─► nearest covering profile (seer_trt.profiles) ─► that profile's execution context
+          ─► inputs copied into its device buffers ─► execute (or replay the CUDA graph of a static bucket)
+          ─► outputs copied into this thread's host arrays
+
+TensorRT binds a profile to one live execution context (§11), so each profile gets its own context, created on
+first use with device buffers for its largest shapes, allocated once. Plans are valid only under the TensorRT
+version and on the GPU they were built for: both are compared with the manifest's record before any plan is
+read, and a mismatch is one error naming the rebuild command. ``tensorrt`` (or ``tensorrt_rtx``) is imported
+only when a backend opens; CUDA is reached through the driver library (``libcuda.so.1``) with ctypes, so the
+runtime needs no CUDA Python package.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import importlib
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seer_trt.backend import axis_sizes
+from seer_trt.errors import ConfigError, SeerError
+from seer_trt.graphs import GraphSpec
+from seer_trt.manifest import EngineBuild, Manifest
+from seer_trt.profiles import Profile, max_sizes, select_profile
+
+BUILDERS = {"tensorrt": "tensorrt", "tensorrt-rtx": "tensorrt_rtx"}  # builder / backend name -> Python module
+INSTALL = {
+    "tensorrt": "pip install tensorrt-cu12 (or tensorrt-cu13) --extra-index-url https://pypi.nvidia.com",
+    "tensorrt-rtx": "pip install tensorrt-rtx-cu12",
+}
+WINDOW_AXES = ("prompt", "answer")  # a call whose sizes on these are buckets is a static bucket (CUDA graphs)
+
+
+class EngineError(SeerError):
+    """TensorRT engines are missing, were built for another TensorRT or GPU, or failed on the device."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """A CUDA GPU as the driver names it."""
+
+    name: str  # e.g. "NVIDIA H200"
+    compute_capability: str  # "MAJOR.MINOR", e.g. "9.0"
+
+    def __str__(self) -> str:
+        return f"{self.name} (compute capability {self.compute_capability})"
+
+
+def cuda_device(index: int = 0) -> Device | None:
+    """The CUDA GPU ``index`` (after CUDA_VISIBLE_DEVICES), or None when there is no driver or no such GPU."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count, dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value <= index:
+        return None
+    name = ctypes.create_string_buffer(256)
+    if (
+        lib.cuDeviceGet(ctypes.byref(dev), index) != 0
+        or lib.cuDeviceGetName(name, 256, dev) != 0
+        or lib.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) != 0  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        or lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev) != 0  # ..._MINOR
+    ):
+        return None
+    return Device(name.value.decode(errors="replace"), f"{major.value}.{minor.value}")
+
+
+def import_tensorrt(builder: str):
+    """The TensorRT module of ``builder`` ("tensorrt" or "tensorrt-rtx").
+
+    Raises:
+        ConfigError: an unknown builder.
+        EngineError: the module is not installed; the message names the pip command.
+    """
+    if builder not in BUILDERS:
+        raise ConfigError(f"unknown TensorRT flavour {builder!r}; choose from {sorted(BUILDERS)}")
+    try:
+        return importlib.import_module(BUILDERS[builder])
+    except ImportError as err:
+        raise EngineError(
+            f"{builder} is not importable ({err}); install it with `{INSTALL[builder]}`, or use the onnxruntime backend"
+        ) from None
+
+
+def rebuild_command(folder: str | Path, builder: str) -> str:
+    """The command that (re)builds ``builder``'s engines of an export folder."""
+    return f"seer-build --engines {folder}" + ("" if builder == "tensorrt" else f" --builder {builder}")
+
+
+def check_build(build: EngineBuild | None, builder: str, version: str, device: Device | None,
+                folder: str | Path) -> None:  # fmt: skip
+    """Refuse plans this machine cannot run: none built, another TensorRT version, another GPU.
+
+    Args:
+        build: the manifest's record for ``builder`` (``Manifest.builds``), None when it has none.
+        builder: "tensorrt" or "tensorrt-rtx".
+        version: the TensorRT version installed here.
+        device: this machine's GPU, None when it has none.
+        folder: the export folder, for the rebuild command.
+
+    Raises:
+        EngineError: one line naming what the plans were built for, what this machine has, and the fix.
+    """
+    fix = rebuild_command(folder, builder)
+    if build is None:
+        raise EngineError(f"{folder} has no {builder} engines (its manifest records none); build them with `{fix}`")
+    if device is None:
+        raise EngineError(
+            f"{builder} engines need a CUDA GPU and this machine has none (no NVIDIA driver or no device visible); "
+            f"run on the GPU they were built for, or use the onnxruntime backend"
+        )
+    problems = []
+    if build.version != version:
+        problems.append(f"were built by {builder} {build.version}, this machine has {version}")
+    # A plan built ahead of time without a GPU (TensorRT-RTX) records no device and runs on any supported one.
+    if build.compute_capability and (build.device, build.compute_capability) != (
+        device.name,
+        device.compute_capability,
+    ):
+        problems.append(
+            f"were built for {build.device} (compute capability {build.compute_capability}), this machine has {device}"
+        )
+    if problems:
+        raise EngineError(f"the {builder} engines in {folder} {' and '.join(problems)}; rebuild them here with `{fix}`")
+
+
+class _Cuda:
+    """The few CUDA driver calls the backend needs, on the device's primary context (the one TensorRT uses)."""
+
+    def __init__(self, index: int) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.check(self.lib.cuInit(0), "cuInit")
+        self.device = ctypes.c_int()
+        self.check(self.lib.cuDeviceGet(ctypes.byref(self.device), index), "cuDeviceGet")
+        self.context = ctypes.c_void_p()
+        self.check(
+            self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain"
+        )
+        self.make_current()
+
+    def check(self, code: int, call: str) -> None:
+        if code != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorString(code, ctypes.byref(text))
+            raise EngineError(f"CUDA {call} failed with error {code} ({(text.value or b'?').decode()})")
+
+    def make_current(self) -> None:
+        self.check(self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def new_stream(self) -> ctypes.c_void_p:
+        stream = ctypes.c_void_p()
+        self.check(self.lib.cuStreamCreate(ctypes.byref(stream), 1), "cuStreamCreate")  # CU_STREAM_NON_BLOCKING
+        return stream
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = ctypes.c_uint64()
+        self.check(self.lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(max(nbytes, 1))), "cuMemAlloc")
+        return ptr.value
+
+    def to_device(self, ptr: int, array: np.ndarray, stream: ctypes.c_void_p) -> None:
+        self.check(self.lib.cuMemcpyHtoDAsync_v2(ctypes.c_uint64(ptr), ctypes.c_void_p(array.ctypes.data),
+                                                 ctypes.c_size_t(array.nbytes), stream), "cuMemcpyHtoDAsync")  # fmt: skip
+
+    def to_host(self, array: np.ndarray, ptr: int, stream: ctypes.c_void_p) -> None:
+        self.check(self.lib.cuMemcpyDtoHAsync_v2(ctypes.c_void_p(array.ctypes.data), ctypes.c_uint64(ptr),
+                                                 ctypes.c_size_t(array.nbytes), stream), "cuMemcpyDtoHAsync")  # fmt: skip
+
+    def sync(self, stream: ctypes.c_void_p) -> None:
+        self.check(self.lib.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def capture(self, stream: ctypes.c_void_p, enqueue: Callable[[], None]) -> ctypes.c_void_p | None:
+        """An instantiated CUDA graph of what ``enqueue`` puts on ``stream``; None when it cannot be captured."""
+        if self.lib.cuStreamBeginCapture_v2(stream, 1) != 0:  # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+            return None
+        graph, exe = ctypes.c_void_p(), ctypes.c_void_p()
+        try:
+            enqueue()
+            failed = False
+        except EngineError:
+            failed = True
+        ended = self.lib.cuStreamEndCapture(stream, ctypes.byref(graph))
+        if failed or ended != 0 or not graph.value:
+            if graph.value:
+                self.lib.cuGraphDestroy(graph)
+            return None
+        made = self.lib.cuGraphInstantiateWithFlags(ctypes.byref(exe), graph, ctypes.c_ulonglong(0))
+        self.lib.cuGraphDestroy(graph)
+        return exe if made == 0 else None
+
+    def launch(self, exe: ctypes.c_void_p, stream: ctypes.c_void_p) -> None:
+        self.check(self.lib.cuGraphLaunch(exe, stream), "cuGraphLaunch")
+
+    def release(self, buffers: Mapping[str, int], stream: ctypes.c_void_p, graph: ctypes.c_void_p | None) -> None:
+        """Free one context's device buffers, CUDA graph and stream."""
+        self.lib.cuStreamSynchronize(stream)
+        if graph is not None:
+            self.lib.cuGraphExecDestroy(graph)
+        for ptr in buffers.values():
+            self.lib.cuMemFree_v2(ctypes.c_uint64(ptr))
+        self.lib.cuStreamDestroy_v2(stream)
+
+
+@dataclasses.dataclass
+class _Context:
+    """One profile's execution context: its stream and device buffers (allocated once, at the profile's largest
+    shapes), and at most one CUDA graph, of the static shape it last ran."""
+
+    context: Any  # tensorrt.IExecutionContext bound to this profile
+    stream: ctypes.c_void_p  # its own stream: a capture records only this context's work
+    buffers: dict[str, int]  # tensor name -> device pointer
+    lock: threading.Lock  # a context runs one call at a time
+    shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # input shapes last set
+    graph_key: tuple | None = None  # the input shapes ``graph`` was captured at
+    graph: ctypes.c_void_p | None = None  # instantiated CUDA graph of one execution at ``graph_key``
+    capturable: bool = True  # False once TensorRT could not be captured for this engine
+
+
+@dataclasses.dataclass
+class _Engine:
+    engine: Any  # tensorrt.ICudaEngine
+    profiles: tuple[Profile, ...]  # as recorded by seer-build, in profile-index order
+    contexts: dict[int, _Context] = dataclasses.field(default_factory=dict)  # profile index -> its context
+
+
+class TrtBackend:
+    """TensorRT plans of an export folder; engines load on first use of each graph, contexts per profile."""
+
+    def __init__(self, folder: str | Path, manifest: Manifest, builder: str = "tensorrt", cuda_graphs: bool = False,
+                 device: int = 0) -> None:  # fmt: skip
+        """
+        Args:
+            folder: the export folder (``manifest.json``, and the plans ``seer-build`` wrote).
+            manifest: its manifest.
+            builder: whose plans: "tensorrt" (any CUDA GPU) or "tensorrt-rtx" (RTX GPUs).
+            cuda_graphs: replay a captured CUDA graph for calls at a static bucket shape (prompt and answer sizes
+                both buckets of the manifest, as the dispatcher's static path makes them).
+            device: CUDA device index.
+
+        Raises:
+            EngineError: no build recorded, TensorRT missing or of another version, no GPU or another one, a plan
+                file missing.
+        """
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self.name = builder
+        self.cuda_graphs = cuda_graphs
+        self.record = manifest.builds.get(builder)
+        if self.record is None:  # before importing anything: the fix is a build, not an install
+            check_build(None, builder, "", None, folder)
+        trt = import_tensorrt(builder)
+        check_build(self.record, builder, trt.__version__, cuda_device(device), folder)
+        for graph, entry in self.record.engines.items():
+            if not (self.folder / entry.file).is_file():
+                raise EngineError(f"graph {graph!r}: plan {self.folder / entry.file} is missing; rebuild with "
+                                  f"`{rebuild_command(folder, builder)}`")  # fmt: skip
+        self.trt = trt
+        self.logger = trt.Logger(trt.Logger.WARNING)
+        self.runtime = trt.Runtime(self.logger)
+        self.cuda = _Cuda(device)
+        self._engines: dict[str, _Engine] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()  # per thread: {(graph, profile): {output: host array at the largest shape}}
+
+    # --- the Backend interface -------------------------------------------------------------------------------
+
+    def spec(self, graph: str) -> GraphSpec:
+        return self.manifest.graph(graph).spec
+
+    def max_shape(self, graph: str) -> dict[str, int] | None:
+        return max_sizes(self._entry(graph).profiles)
+
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        spec = self.spec(graph)
+        sizes = axis_sizes(spec, feeds)
+        engine = self._engine(graph)
+        index = select_profile(engine.profiles, sizes, graph)
+        ctx = self._context(graph, engine, index)
+        outputs = self._outputs(graph, spec, engine.profiles[index], index)
+        static = all(sizes.get(a) in getattr(self.manifest.buckets, a) for a in WINDOW_AXES)
+        with ctx.lock:
+            self.cuda.make_current()
+            for t in spec.inputs:
+                value = np.ascontiguousarray(feeds[t.name])
+                if value.dtype != np.dtype(t.dtype):
+                    raise ConfigError(f"graph {graph!r}: input {t.name} is {value.dtype}, expected {t.dtype}")
+                if ctx.shapes.get(t.name) != value.shape:
+                    ctx.context.set_input_shape(t.name, value.shape)
+                    ctx.shapes[t.name] = value.shape
+                self.cuda.to_device(ctx.buffers[t.name], value, ctx.stream)
+            self._execute(ctx, graph, tuple(ctx.shapes[t.name] for t in spec.inputs) if static else None)
+            result = {}
+            for t in spec.outputs:
+                shape = tuple(sizes[a] if isinstance(a, str) else a for a in t.shape)
+                view = outputs[t.name][: int(np.prod(shape))].reshape(shape)
+                self.cuda.to_host(view, ctx.buffers[t.name], ctx.stream)
+                result[t.name] = view
+            self.cuda.sync(ctx.stream)
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            if self._engines:
+                self.cuda.make_current()
+            for engine in self._engines.values():
+                for ctx in engine.contexts.values():
+                    with ctx.lock:
+                        self.cuda.release(ctx.buffers, ctx.stream, ctx.graph)
+                engine.contexts.clear()  # contexts go before their engine (TensorRT's order)
+            self._engines.clear()
+        self._local = threading.local()
+
+    # --- engines, contexts, buffers --------------------------------------------------------------------------
+
+    def _entry(self, graph: str):
+        self.manifest.graph(graph)  # an unknown graph: the manifest's error, with the re-export command
+        if graph not in self.record.engines:
+            raise EngineError(f"graph {graph!r} has no {self.name} plan (built: {sorted(self.record.engines)}); "
+                              f"rebuild with `{rebuild_command(self.folder, self.name)}`")  # fmt: skip
+        return self.record.engines[graph]
+
+    def _engine(self, graph: str) -> _Engine:
+        with self._lock:
+            if graph not in self._engines:
+                entry = self._entry(graph)
+                self.cuda.make_current()
+                engine = self.runtime.deserialize_cuda_engine((self.folder / entry.file).read_bytes())
+                if engine is None:
+                    raise EngineError(f"graph {graph!r}: {self.folder / entry.file} does not deserialize (TensorRT "
+                                      f"logged why); rebuild with `{rebuild_command(self.folder, self.name)}`")  # fmt: skip
+                self._check_io(graph, engine, len(entry.profiles))
+                self._engines[graph] = _Engine(engine, entry.profiles)
+            return self._engines[graph]
+
+    def _check_io(self, graph: str, engine, profiles: int) -> None:
+        """The plan's tensors and profile count are the manifest's."""
+        spec = self.spec(graph)
+        found = {}
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            found[name] = np.dtype(self.trt.nptype(engine.get_tensor_dtype(name))).name
+        expected = {t.name: t.dtype for t in (*spec.inputs, *spec.outputs)}
+        if found != expected or engine.num_optimization_profiles != profiles:
+            raise EngineError(
+                f"graph {graph!r}: the plan has tensors {found} and {engine.num_optimization_profiles} profile(s), "
+                f"the manifest {expected} and {profiles}; rebuild with `{rebuild_command(self.folder, self.name)}`"
+            )
+
+    def _context(self, graph: str, engine: _Engine, index: int) -> _Context:
+        with self._lock:
+            if index not in engine.contexts:
+                self.cuda.make_current()
+                strategy = getattr(self.trt, "ExecutionContextAllocationStrategy", None)
+                # One context per profile: each needs only its own profile's activation memory.
+                context = (engine.engine.create_execution_context(strategy.ON_PROFILE_CHANGE) if strategy
+                           else engine.engine.create_execution_context())  # fmt: skip
+                if context is None:
+                    raise EngineError(f"graph {graph!r}: TensorRT could not create an execution context (device "
+                                      f"memory?); close other GPU work or build fewer profiles")  # fmt: skip
+                stream = self.cuda.new_stream()
+                context.set_optimization_profile_async(index, stream.value or 0)
+                spec, profile = self.spec(graph), engine.profiles[index]
+                buffers = {}
+                for t in (*spec.inputs, *spec.outputs):
+                    largest = [profile.range(a).max if isinstance(a, str) else a for a in t.shape]
+                    buffers[t.name] = self.cuda.alloc(int(np.prod(largest)) * np.dtype(t.dtype).itemsize)
+                    context.set_tensor_address(t.name, buffers[t.name])
+                self.cuda.sync(stream)
+                engine.contexts[index] = _Context(context, stream, buffers, threading.Lock())
+            return engine.contexts[index]
+
+    def _outputs(self, graph: str, spec: GraphSpec, profile: Profile, index: int) -> dict[str, np.ndarray]:
+        """This thread's flat host arrays for the outputs of one profile, at its largest shapes (allocated once)."""
+        cache = self._local.__dict__.setdefault("outputs", {})
+        if (graph, index) not in cache:
+            cache[(graph, index)] = {
+                t.name: np.empty(
+                    int(np.prod([profile.range(a).max if isinstance(a, str) else a for a in t.shape])), dtype=t.dtype
+                )  # fmt: skip
+                for t in spec.outputs
+            }
+        return cache[(graph, index)]
+
+    def _execute(self, ctx: _Context, graph: str, static: tuple | None) -> None:
+        """Run the context on its stream; with CUDA graphs, replay the graph of a static shape run just before.
+
+        A context keeps one graph, of the last static shape it ran: a denoising loop repeats one shape for all its
+        steps, and TensorRT's state for a shape is what the capture recorded, so any other call on the context
+        drops the graph (it is captured again when a static shape repeats).
+        """
+        stream = ctx.stream.value or 0
+
+        def enqueue() -> None:
+            if not ctx.context.execute_async_v3(stream):
+                raise EngineError(f"graph {graph!r}: TensorRT failed to execute (it logged why)")
+
+        if static is not None and static == ctx.graph_key and ctx.graph is not None:
+            self.cuda.launch(ctx.graph, ctx.stream)
+            return
+        if ctx.graph is not None:
+            self.cuda.sync(ctx.stream)
+            self.cuda.lib.cuGraphExecDestroy(ctx.graph)
+            ctx.graph, ctx.graph_key = None, None
+        enqueue()  # outside any capture: TensorRT does its shape-dependent setup here; these are the call's outputs
+        if self.cuda_graphs and static is not None and ctx.capturable:
+            self.cuda.sync(ctx.stream)
+            ctx.graph = self.cuda.capture(ctx.stream, enqueue)  # records the work for the next calls only
+            ctx.graph_key = static if ctx.graph is not None else None
+            ctx.capturable = ctx.graph is not None

@@ -1,0 +1,409 @@
+"""seer-triton (DESIGN §7): repositories generated strictly and checked against the manifest, and the CPU flavour
+served by a real ``tritonserver`` (the binary bundled in nvidia-pytriton) on 127.0.0.1, answering over HTTP and
+gRPC exactly as ``seer-run`` does, under concurrent load and after malformed requests."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from seer_trt.cli_run import main as run_main
+from seer_trt.cli_triton import main as triton_main
+from seer_trt.errors import ConfigError
+from seer_trt.manifest import Manifest
+from seer_trt.step_zero import step_zero_graph
+from seer_trt.tasks import make_samples
+from seer_trt.triton import pbtxt
+from seer_trt.triton.local import LocalServer, ServerInstall
+from seer_trt.triton.repository import check_repository, plan_repository, write_repository
+
+CONCURRENT = 24  # requests in flight at once: half over HTTP, half over gRPC
+TIMEOUT_S = 600  # per request on a busy 2-core machine
+
+
+def cli(main, argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as stop:  # argparse's errors
+            rc = stop.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def cpu_repo(fixture_export, tmp_path_factory) -> Path:
+    folder, _, _ = fixture_export
+    repo = tmp_path_factory.mktemp("triton") / "repo"
+    rc, out, err = cli(triton_main, ["--engines", str(folder), "--out", str(repo), "--flavour", "cpu"])
+    assert rc == 0, err
+    assert out.splitlines()[0] == "seer: python" and "wrote" in err
+    return repo
+
+
+def configs(repo: Path) -> dict[str, object]:
+    return {p.parent.name: pbtxt.parse(p.read_text(), str(p)) for p in sorted(repo.glob("*/config.pbtxt"))}
+
+
+def io_of(config, which: str) -> list[tuple[str, str, list[int]]]:
+    return [(t.name, t.data_type, list(t.dims)) for t in pbtxt.tensors(config, which)]
+
+
+def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_export):
+    _, manifest, _ = fixture_export
+    found = configs(cpu_repo)
+    zero = step_zero_graph(manifest.seer, manifest.model.num_layers)  # the fixture's calibration: p_end, full depth
+    graphs = ["embed", "vision", zero, "denoise", "denoise_logits"]
+    assert sorted(found) == sorted(["seer"] + [f"seer_{g}" for g in graphs])
+    assert check_repository(cpu_repo) == sorted(found)
+    seer = found["seer"]
+    assert seer.backend == "python" and seer.max_batch_size == manifest.buckets.batch[-1]
+    assert [t[0] for t in io_of(seer, "input")] == ["prompt", "image", "gen_length", "steps", "seer"]
+    assert [t[0] for t in io_of(seer, "output")] == ["text", "token_ids", "kept", "denoise_steps"]
+    assert json.loads(pbtxt.parameters(seer)["components"]) == {g: f"seer_{g}" for g in graphs}
+    hidden = manifest.model.hidden_size
+    denoise = found["seer_denoise"]
+    assert io_of(denoise, "input") == [("prefix_embeds", "TYPE_FP32", [-1, -1, hidden]),
+                                       ("gen_ids", "TYPE_INT64", [-1, -1]), ("segment_ids", "TYPE_INT32", [-1, -1]),
+                                       ("position_ids", "TYPE_INT64", [-1, -1])]  # fmt: skip
+    assert io_of(denoise, "output") == [("x0", "TYPE_INT64", [-1, -1]), ("confidence", "TYPE_FP32", [-1, -1])]
+    assert io_of(found["seer_vision"], "input") == [("pixel_values", "TYPE_FP32", [-1, 3, 32, 32])]
+    assert denoise.backend == "python" and pbtxt.parameters(denoise)["model_file"] == "denoise.onnx"
+    assert (cpu_repo / "seer_denoise" / "1" / "denoise.onnx").is_file()
+    assert (cpu_repo / "seer" / "1" / "export" / "tokenizer" / "tokenizer.json").is_file()
+    assert Manifest.read(cpu_repo / "seer" / "1" / "export") == manifest
+
+
+def test_gpu_flavour_uses_tensorrt_plans_and_onnxruntime_without_them(fixture_export, tmp_path):
+    folder, manifest, _ = fixture_export
+    export = tmp_path / "export"
+    shutil.copytree(folder, export)
+    rc, out, err = cli(triton_main, ["--engines", str(export), "--out", str(tmp_path / "ort"), "--name", "llada"])
+    assert rc == 0, err
+    found = configs(tmp_path / "ort")
+    assert set(found) >= {"llada", "llada_denoise"}
+    denoise = found["llada_denoise"]
+    assert denoise.platform == "onnxruntime_onnx" and denoise.default_model_filename == "denoise.onnx"
+    accelerator = denoise.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP32"
+    kinds = pbtxt.schema().ModelInstanceGroup.Kind
+    assert [kinds.Name(g.kind) for g in denoise.instance_group] == ["KIND_GPU"]
+    # seer-build's record: a plan with two optimization profiles for denoise, a bare file name for embed
+    (export / "denoise.plan").write_bytes(b"plan")
+    (export / "embed.plan").write_bytes(b"plan")
+    engines = {"tensorrt": {"denoise": {"file": "denoise.plan", "profiles": [{}, {}]}, "embed": "embed.plan"}}
+    dataclasses.replace(manifest, engines=engines).write(export)
+    rc, _, err = cli(triton_main, ["--engines", str(export), "--out", str(tmp_path / "trt")])
+    assert rc == 0, err
+    found = configs(tmp_path / "trt")
+    assert found["seer_denoise"].platform == "tensorrt_plan"
+    assert [list(g.profile) for g in found["seer_denoise"].instance_group] == [["0", "1"]]
+    assert [list(g.profile) for g in found["seer_embed"].instance_group] == [["0"]]
+    assert found["seer_vision"].platform == "onnxruntime_onnx"
+    assert (tmp_path / "trt" / "seer_denoise" / "1" / "denoise.plan").read_bytes() == b"plan"
+    assert io_of(found["seer_denoise"], "input") == io_of(configs(tmp_path / "ort")["llada_denoise"], "input")
+
+
+def test_gpu_flavour_reads_the_profiles_seer_build_recorded(fixture_export, tmp_path):
+    from seer_trt.manifest import EngineBuild, EngineFile
+    from seer_trt.profiles import plan_profiles
+
+    folder, manifest, _ = fixture_export
+    export = tmp_path / "export"
+    shutil.copytree(folder, export)
+    spec = manifest.graph("denoise").spec
+    profiles = plan_profiles({"denoise": [(t.name, t.shape) for t in spec.inputs]}, manifest.buckets).graphs["denoise"]
+    assert len(profiles) == len(manifest.buckets.answer) > 1  # one per answer bucket
+    (export / "denoise.plan").write_bytes(b"plan")
+    plan = EngineFile("denoise.plan", "0" * 64, profiles, 4, 1.0)
+    builds = {b: EngineBuild(b, "11.0", "", "", None, "2026-11-30T00:00:00Z", {"denoise": plan})
+              for b in ("tensorrt", "tensorrt-rtx")}  # fmt: skip
+    dataclasses.replace(manifest, builds=builds).write(export)
+    found = configs(write_repository(plan_repository(export, "gpu"), tmp_path / "repo"))
+    assert found["seer_denoise"].platform == "tensorrt_plan"
+    assert [list(g.profile) for g in found["seer_denoise"].instance_group] == [[str(i) for i in range(len(profiles))]]
+    del builds["tensorrt"]  # TensorRT-RTX plans alone: not for Triton's TensorRT backend, ONNX Runtime serves
+    dataclasses.replace(manifest, builds=builds).write(export)
+    found = configs(write_repository(plan_repository(export, "gpu"), tmp_path / "repo", force=True))
+    assert found["seer_denoise"].platform == "onnxruntime_onnx"
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (old, path)
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda r: _edit(r / "seer_embed" / "config.pbtxt", 'name: "seer_embed"', 'name: "embed"'),
+         "differs from its folder"),
+        (lambda r: _edit(r / "seer_denoise" / "config.pbtxt", "dims: [ -1, -1, 128 ]", "dims: [ -1, -1, 64 ]"),
+         "differ from the manifest's 'denoise' graph"),
+        (lambda r: _edit(r / "seer_denoise" / "config.pbtxt", "TYPE_FP32", "TYPE_FP16"),
+         "differ from the manifest's 'denoise' graph"),
+        (lambda r: (r / "seer_denoise" / "1" / "denoise.onnx").unlink(), "seer_denoise: 1/denoise.onnx is missing"),
+        (lambda r: shutil.rmtree(r / "seer_vision"), "no such model"),
+        (lambda r: _edit(r / "seer_embed" / "config.pbtxt", "kind: KIND_CPU", 'kind: KIND_CPU\n  profile: [ "0" ]'),
+         "name profiles ['0'] but it is no TensorRT plan"),
+        (lambda r: _edit(r / "seer" / "config.pbtxt", "max_batch_size", "max_batch_sise"), "not a valid Triton"),
+    ],
+)  # fmt: skip
+def test_checks_name_what_is_wrong(cpu_repo, tmp_path, damage, words):
+    repo = tmp_path / "repo"
+    shutil.copytree(cpu_repo, repo)
+    damage(repo)
+    with pytest.raises(ConfigError) as err:
+        check_repository(repo)
+    assert words in str(err.value)
+
+
+def test_tensorrt_profile_indices_must_exist(fixture_export, tmp_path):
+    folder, manifest, _ = fixture_export
+    export = tmp_path / "export"
+    shutil.copytree(folder, export)
+    (export / "denoise.plan").write_bytes(b"plan")
+    dataclasses.replace(manifest, engines={"tensorrt": {"denoise": {"file": "denoise.plan", "profiles": 2}}}).write(
+        export
+    )
+    repo = write_repository(plan_repository(export, "gpu"), tmp_path / "repo")
+    _edit(repo / "seer_denoise" / "config.pbtxt", 'profile: [ "0", "1" ]', 'profile: [ "0", "2" ]')
+    with pytest.raises(ConfigError, match=r"seer_denoise: profile indices \['2'\] do not exist \(the plan records 2"):
+        check_repository(repo)
+
+
+def test_templates_are_strict_and_checked_by_parsing(fixture_export):
+    plan = plan_repository(fixture_export[0], "cpu")
+    model = plan.models[1]
+    lacking = types.SimpleNamespace(**{k: v for k, v in vars(model).items() if k != "accelerator"})
+    with pytest.raises(ConfigError, match="the config template needs a value the plan lacks"):
+        pbtxt.render(lacking, "test")
+    with pytest.raises(ConfigError, match="not a valid Triton model configuration"):
+        pbtxt.render(dataclasses.replace(model, max_batch_size="many"), "test")
+    with pytest.raises(ConfigError, match="data type 'TYPE_FLOAT'"):
+        pbtxt.TensorConfig("x", "TYPE_FLOAT", (1,))
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--engines", "{tmp}/none", "--out", "{tmp}/repo"], "not an export folder"),
+        (["--engines", "{export}", "--out", "{repo}"], "already exists; pass --force"),
+        (["--engines", "{export}", "--out", "{tmp}/repo", "--flavour", "tpu"], "invalid choice"),
+        (["--engines", "{export}", "--out", "{tmp}/repo", "--name", "a/b"], "must be letters, digits"),
+        (["--engines", "{export}", "--out", "{tmp}/repo", "--instances", "0"], "expected >= 1"),
+        (["--out", "{tmp}/repo"], "the following arguments are required: --engines"),
+    ],
+)
+def test_seer_triton_errors_are_one_line_exit_2(fixture_export, cpu_repo, tmp_path, argv, words):
+    argv = [a.format(tmp=tmp_path, export=fixture_export[0], repo=cpu_repo) for a in argv]
+    rc, out, err = cli(triton_main, argv)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+    assert not list(tmp_path.glob(".repo.partial-*"))  # nothing half-written is left
+
+
+def test_force_replaces_a_repository_and_help_is_light(fixture_export, cpu_repo, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(cpu_repo, repo)
+    (repo / "stale").mkdir()
+    rc, _, err = cli(triton_main, ["--engines", str(fixture_export[0]), "--out", str(repo), "--flavour", "cpu",
+                                   "--force"])  # fmt: skip
+    assert rc == 0, err
+    assert not (repo / "stale").exists() and check_repository(repo)
+    code = (
+        "import sys\nfrom seer_trt.cli_triton import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n"
+        "    assert e.code == 0\nheavy = {'onnxruntime', 'jinja2', 'tritonclient', 'tokenizers', 'PIL', 'torch'}\n"
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# ---- the real server -------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    prompt: str
+    image: bytes | None = None  # PNG
+    gen_length: int | None = None
+    seer: bool = True
+
+
+def png(image: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+CASES = [Case(s.question, png(s.image) if s.image is not None else None) for s in make_samples(11, 8)] + [
+    Case("count to 5 .", gen_length=32),
+    Case("repeat cat 3 times .", seer=False),
+]
+
+
+@pytest.fixture(scope="module")
+def expected(fixture_export, tmp_path_factory) -> list[dict]:
+    """seer-run's answers to CASES (one JSONL file, images as files)."""
+    folder = tmp_path_factory.mktemp("seer-run")
+    lines = []
+    for i, case in enumerate(CASES):
+        request = {"prompt": case.prompt, "seer": case.seer}
+        if case.image is not None:
+            (folder / f"{i}.png").write_bytes(case.image)
+            request["image"] = str(folder / f"{i}.png")
+        if case.gen_length is not None:
+            request["gen_length"] = case.gen_length
+        lines.append(json.dumps(request))
+    (folder / "in.jsonl").write_text("\n".join(lines) + "\n")
+    rc, _, err = cli(run_main, ["--engines", str(fixture_export[0]), "--input", str(folder / "in.jsonl"),
+                                "--output", str(folder / "out.jsonl")])  # fmt: skip
+    assert rc == 0 and f"{len(CASES)} answered, 0 failed" in err, err
+    return [json.loads(line) for line in (folder / "out.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def server(cpu_repo):
+    try:
+        install = ServerInstall.find()
+    except ConfigError as err:  # not a skip: serving is part of the product; CI installs it (.ci/run)
+        pytest.fail(f"the Triton server test needs the bundled tritonserver: {err}")
+    with LocalServer(cpu_repo, install, start_timeout=600) as running:
+        print(f"tritonserver ready in {running.started_in:.1f} s (HTTP {running.http_url}, gRPC {running.grpc_url})")
+        yield running
+    assert running.process.returncode is not None  # stopped
+
+
+def inputs(module, case: Case, prompt_dtype: str = "BYTES") -> list:
+    """The orchestrator's inputs for one case, built with tritonclient.http or tritonclient.grpc."""
+    tensors = []
+
+    def add(name: str, dtype: str, value: np.ndarray) -> None:
+        t = module.InferInput(name, list(value.shape), dtype)
+        t.set_data_from_numpy(value)
+        tensors.append(t)
+
+    if prompt_dtype == "BYTES":
+        add("prompt", "BYTES", np.array([[case.prompt.encode()]], dtype=np.object_))
+    else:
+        add("prompt", prompt_dtype, np.array([[1]], dtype=np.int32))
+    if case.image is not None:
+        add("image", "BYTES", np.array([[case.image]], dtype=np.object_))
+    if case.gen_length is not None:
+        add("gen_length", "INT32", np.array([[case.gen_length]], dtype=np.int32))
+    add("seer", "BOOL", np.array([[case.seer]], dtype=bool))
+    return tensors
+
+
+def answer(result) -> dict:
+    ids = result.as_numpy("token_ids")[0]
+    return {
+        "text": result.as_numpy("text")[0, 0].decode(),
+        "token_ids": [int(i) for i in ids if i != -1],
+        "kept": int(result.as_numpy("kept")[0, 0]),
+        "steps": int(result.as_numpy("denoise_steps")[0, 0]),
+    }
+
+
+def wanted(result: dict) -> dict:
+    return {k: result[k] for k in ("text", "token_ids", "kept", "steps")}
+
+
+@pytest.fixture(scope="module")
+def clients(server):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    http = httpclient.InferenceServerClient(server.http_url, concurrency=CONCURRENT, network_timeout=TIMEOUT_S,
+                                            connection_timeout=TIMEOUT_S)  # fmt: skip
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    yield types.SimpleNamespace(http=http, grpc=grpc, httpclient=httpclient, grpcclient=grpcclient)
+    http.close()
+    grpc.close()
+
+
+def test_served_answers_equal_seer_run_over_http_and_grpc(clients, expected):
+    assert clients.http.is_model_ready("seer") and clients.grpc.is_model_ready("seer")
+    for case, want in zip(CASES, expected, strict=True):
+        got_http = answer(clients.http.infer("seer", inputs(clients.httpclient, case)))
+        got_grpc = answer(clients.grpc.infer("seer", inputs(clients.grpcclient, case), client_timeout=TIMEOUT_S))
+        assert got_http == wanted(want), case.prompt
+        assert got_grpc == wanted(want), case.prompt
+    assert any(c.image for c in CASES) and any(w["kept"] < w["gen_length"] for w in expected)  # images, truncation
+
+
+def test_a_request_may_carry_several_rows(clients, expected):
+    module = clients.httpclient
+    prompts = module.InferInput("prompt", [2, 1], "BYTES")
+    prompts.set_data_from_numpy(np.array([[CASES[1].prompt.encode()], [CASES[2].prompt.encode()]], dtype=np.object_))
+    result = clients.http.infer("seer", [prompts])
+    ids = result.as_numpy("token_ids")
+    assert [t.decode() for t in result.as_numpy("text")[:, 0]] == [expected[1]["text"], expected[2]["text"]]
+    assert [[int(i) for i in row if i != -1] for row in ids] == [expected[1]["token_ids"], expected[2]["token_ids"]]
+    assert result.as_numpy("kept")[:, 0].tolist() == [expected[1]["kept"], expected[2]["kept"]]
+    prompts.set_data_from_numpy(np.array([[CASES[1].prompt.encode()], [b" "]], dtype=np.object_))
+    with pytest.raises(Exception, match="row 1: the prompt is empty"):
+        clients.http.infer("seer", [prompts])
+
+
+def test_concurrent_requests_are_all_answered(clients, expected):
+    import queue
+
+    picks = [i % len(CASES) for i in range(CONCURRENT)]
+    pending_http = [(i, clients.http.async_infer("seer", inputs(clients.httpclient, CASES[i])))
+                    for i in picks[: CONCURRENT // 2]]  # fmt: skip
+    done: queue.Queue = queue.Queue()
+    for i in picks[CONCURRENT // 2 :]:
+        clients.grpc.async_infer("seer", inputs(clients.grpcclient, CASES[i]),
+                                 callback=lambda result, error, i=i: done.put((i, result, error)),
+                                 client_timeout=TIMEOUT_S)  # fmt: skip
+    answered = 0
+    for i, request in pending_http:
+        assert answer(request.get_result()) == wanted(expected[i])
+        answered += 1
+    for _ in picks[CONCURRENT // 2 :]:
+        i, result, error = done.get(timeout=TIMEOUT_S)
+        assert error is None, error
+        assert answer(result) == wanted(expected[i])
+        answered += 1
+    print(f"{answered} of {CONCURRENT} concurrent requests answered ({CONCURRENT // 2} HTTP, {CONCURRENT // 2} gRPC)")
+    assert answered == CONCURRENT
+    stats = clients.http.get_inference_statistics("seer")["model_stats"][0]
+    print(f"the orchestrator has run {stats['inference_count']} requests in {stats['execution_count']} executions")
+    assert stats["inference_count"] >= CONCURRENT and stats["execution_count"] <= stats["inference_count"]
+
+
+@pytest.mark.parametrize(
+    "build, words",
+    [
+        (lambda m: inputs(m, Case(""))[:1], "the prompt is empty"),
+        (lambda m: inputs(m, Case("count to 3 .", image=b"not a png")), "not a readable image"),
+        (lambda m: inputs(m, Case("count to 3 .", gen_length=100000)), "exceeds the largest answer bucket"),
+        (lambda m: inputs(m, Case("count to 3 ."))[1:], "prompt"),  # the required input left out
+        (lambda m: inputs(m, Case("count to 3 ."), prompt_dtype="INT32"), "prompt"),  # wrong data type
+    ],
+)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_malformed_request_gets_an_error_and_the_server_keeps_serving(clients, expected, protocol, build, words):
+    client = getattr(clients, protocol)
+    module = getattr(clients, f"{protocol}client")
+    with pytest.raises(Exception) as err:  # noqa: B017 - the client's own exception type, checked by name below
+        client.infer("seer", build(module))
+    assert type(err.value).__name__ == "InferenceServerException"
+    assert words in str(err.value), str(err.value)
+    assert client.is_server_live() and client.is_model_ready("seer")
+    assert answer(client.infer("seer", inputs(module, CASES[0]))) == wanted(expected[0])
