@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from seer_trt.cli import Parser, fail, git_sha, write_json
 from seer_trt.dispatch import POLICIES
 from seer_trt.errors import ConfigError, SeerError
 from seer_trt.evaluate import fixture_samples, oracle_window, truth_ids
 from seer_trt.layout import window_layout
 from seer_trt.pipeline import Request, Result, SeerPipeline
-from seer_trt.report import fail, git_sha, write_json
 
 Progress = Callable[[str], None]
 
@@ -311,9 +311,7 @@ def bench(engines: Path, checkpoint: Path | None, settings: Settings, seed: int 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="seer-bench",
         description="Side-by-side speed of Seer vs the padded baseline vs the oracle, dispatch policies, and ONNX "
         "Runtime vs PyTorch eager, on an export of the fixture model (ratios measured in one run).",

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from seer_trt.boundary import detect
+from seer_trt.cli import fail
 from seer_trt.config import SeerConfig
 from seer_trt.errors import SeerError
-from seer_trt.report import fail
 
 CHOOSE_SEED, REPORT_SEED = 11, 13  # held-out seeds; the trainer uses >= 1_000_000
 OFFSETS = np.arange(-6, 7)  # positions around the true end shown in the profile

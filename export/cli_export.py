@@ -13,24 +13,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
 
+from seer_trt.cli import Parser, fail
 from seer_trt.errors import SeerError
 from seer_trt.graphs import GRAPH_NAMES, GRAPHS
-from seer_trt.report import fail
 
 PROG = "seer-export"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, like every other bad input
-        print(f"{PROG}: error: {message}; see {PROG} --help", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
     graphs = "; ".join(f"{g.name}: {g.summary}" for g in GRAPHS.values())
-    ap = _Parser(
+    ap = Parser(
         prog=PROG,
         description="Export LLaDA-V to ONNX graphs (embedding, vision, Seer step zero, denoising) with a "
         "manifest, validated against PyTorch with ONNX Runtime. Output is written to a temporary folder "

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from seer_trt.cli import fail
 from seer_trt.config import GenerationConfig, SeerConfig
 from seer_trt.errors import SeerError
-from seer_trt.report import fail
 
 PAPER = SeerConfig()
 END_TOKEN = SeerConfig(signal="end_token_prob", label="end_token_prob")

@@ -14,21 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
 
+from seer_trt.cli import Parser
 from seer_trt.errors import SeerError
 
 PROG = "seer-build"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, like every other bad input
-        print(f"{PROG}: error: {message}; see {PROG} --help", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(
+    ap = Parser(
         prog=PROG,
         description="Build TensorRT plans from an export's ONNX graphs: one engine per graph holding one "
         "optimization profile per answer-length bucket (by default), precision as exported (strongly typed). "

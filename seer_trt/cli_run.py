@@ -13,24 +13,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn
 
+from seer_trt.cli import Parser, fail
 from seer_trt.errors import InputError, SeerError
-from seer_trt.report import fail
 
 PROG = "seer-run"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: error: {message}; see {PROG} --help", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from seer_trt.dispatch import POLICIES
 
-    ap = _Parser(
+    ap = Parser(
         prog=PROG,
         description="Answer prompts with LLaDA-V and Seer (step-zero truncation) through exported graphs on ONNX "
         "Runtime. One --prompt, or many requests from a JSONL file, batched together.",

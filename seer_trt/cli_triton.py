@@ -11,22 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
 
+from seer_trt.cli import Parser, fail
 from seer_trt.errors import SeerError
-from seer_trt.report import fail
 
 PROG = "seer-triton"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: error: {message}; see {PROG} --help", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(
+    ap = Parser(
         prog=PROG,
         description="Write a Triton model repository serving an export with Seer: an orchestrator model (Python "
         "backend, BLS) running the seer_trt pipeline, and one component model per graph.",

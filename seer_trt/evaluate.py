@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from seer_trt.cli import Parser, fail, git_sha, write_json
 from seer_trt.errors import ConfigError, SeerError
 from seer_trt.pipeline import Request, Result, SeerPipeline
-from seer_trt.report import fail, git_sha, write_json
 from seer_trt.tasks import Sample, make_samples, vocabulary
 
 MODES = ("baseline", "seer", "oracle")
@@ -161,9 +161,7 @@ def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_l
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="seer-eval",
         description="Accuracy of the padded baseline, Seer and the oracle (window cut at the true length) on "
         "held-out prompts of the fixture task, through an export of tiny-llada-v.",

@@ -1,17 +1,26 @@
-"""What the measuring CLIs (seer-eval, seer-bench) share: their JSON written atomically, the git sha, the
-one-line error exit.
+"""What every CLI shares: an argument parser whose errors are one line, the one-line error exit, JSON written
+atomically, the git sha of reports.
 
-In:  a report dict and a path; an error and the CLI's name.
-Out: the file in place only when complete (temp name, then rename); exit status 2 and one line on stderr.
+In:  the CLI's name; an error; a report dict and a path.
+Out: exit status 2 and one line on stderr (``--verbose`` re-raises); the file in place only when complete.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line naming ``--help``, exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}; see {self.prog} --help", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
