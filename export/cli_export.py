@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--model", default="tiny-llada-v", help="registered model: tiny-llada-v (bundled), llada-v")
     ap.add_argument("--checkpoint", type=Path, help="checkpoint folder (config.json, safetensors, tokenizer)")
-    ap.add_argument("--out", type=Path, help="output folder (default: engines/MODEL-DTYPE)")
+    ap.add_argument("--out", type=Path, help="output folder (default: engines/MODEL-DTYPE); a folder of exports such as "
+                    "engines/ gets a MODEL-DTYPE folder inside")  # fmt: skip
     ap.add_argument("--dtype", default="fp32", help="fp32 or fp16 (statistics and softmax stay fp32)")
     ap.add_argument("--opset", type=int, default=20, help="ONNX opset, 20-22 (default 20)")
     ap.add_argument("--graphs", nargs="+", default=list(GRAPH_NAMES), metavar="GRAPH",

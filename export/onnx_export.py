@@ -44,6 +44,7 @@ from seer_trt.config import SpecialTokens
 from seer_trt.errors import CheckpointError, ConfigError, SeerError
 from seer_trt.graphs import GRAPH_NAMES, PRECISIONS, GraphSpec, LengthBuckets, graph_specs
 from seer_trt.manifest import (
+    MANIFEST_FILE,
     SCHEMA_VERSION,
     TOKENIZER_DIR,
     GraphEntry,
@@ -64,6 +65,17 @@ ORIGINAL_NAME = "pkg.torch.onnx.original_node_name"  # an output-renamed initial
 
 class ExportError(SeerError):
     """The export could not be completed (output folder, parity, precision policy)."""
+
+
+def is_collection(folder: Path) -> bool:
+    """A folder of exports such as ``engines/``: no manifest of its own, only a README and export folders."""
+    if not folder.is_dir() or (folder / MANIFEST_FILE).exists():
+        return False
+    entries = list(folder.iterdir())
+    return bool(entries) and all(
+        e.name == "README.md" or (e.is_dir() and ((e / MANIFEST_FILE).is_file() or e.name.startswith(".")))
+        for e in entries
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +112,8 @@ class ExportOptions:
         object.__setattr__(self, "graphs", tuple(dict.fromkeys(self.graphs)))
         if self.out is None:  # a folder per export: engines/ itself holds a tracked README.md
             object.__setattr__(self, "out", Path("engines") / f"{self.model}-{self.dtype}")
+        elif is_collection(self.out):  # --out engines/: the export goes into its own folder inside
+            object.__setattr__(self, "out", self.out / f"{self.model}-{self.dtype}")
 
     @property
     def precision(self) -> str:

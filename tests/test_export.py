@@ -392,3 +392,18 @@ def test_validation_that_cannot_fit_in_memory_is_refused_up_front(random_checkpo
 def test_options_are_validated_as_a_dataclass():
     assert ExportOptions(graphs=("denoise", "denoise")).graphs == ("denoise",)
     assert dataclasses.replace(ExportOptions(), dtype="fp16").precision == "float16"
+
+
+def test_out_pointing_at_a_folder_of_exports_writes_its_own_subfolder(tmp_path):
+    engines = tmp_path / "engines"
+    engines.mkdir()
+    (engines / "README.md").write_text("exports live here\n")
+    rc, _, stderr = quiet_main(["--out", str(engines), "--graphs", "embed", "--no-validate"])
+    assert rc == 0, stderr
+    assert (engines / "tiny-llada-v-fp32" / "manifest.json").is_file()
+    assert (engines / "README.md").read_text() == "exports live here\n"  # the folder itself is untouched
+    other = tmp_path / "other"  # any other non-empty folder still needs --force
+    other.mkdir()
+    (other / "notes.txt").write_text("x")
+    rc, _, stderr = quiet_main(["--out", str(other), "--graphs", "embed", "--no-validate"])
+    assert rc == 2 and "--force" in stderr
