@@ -241,10 +241,11 @@ def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path
     from seer_export.fixture import TaskEncoder
     from seer_export.seer import seer_generate
     from seer_trt.pipeline import Request, SeerPipeline
+    from seer_trt.step_zero import step_zero_graph
     from seer_trt.tasks import make_samples
 
     seer = manifest.seer
-    zero = "step_zero_full" if seer.needs_full_depth(manifest.model.num_layers) else "step_zero"
+    zero = step_zero_graph(seer, manifest.model.num_layers)
     if any(g not in manifest.graphs for g in ("embed", "vision", zero, "denoise")):
         return None
     gen = dataclasses.replace(manifest.generation, temperature=0.0, remasking="low_confidence")

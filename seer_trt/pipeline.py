@@ -33,7 +33,7 @@ from seer_trt.errors import InputError, SeerError
 from seer_trt.layout import left_pad, packed_layout, padded_layout, window_layout
 from seer_trt.manifest import Manifest
 from seer_trt.schedule import plan_schedule, select_rows
-from seer_trt.step_zero import run_step_zero, step_zero_graph
+from seer_trt.step_zero import StepZeroOut, run_step_zero
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize")
 
@@ -245,10 +245,8 @@ class SeerPipeline:
                    for text, a, row, k, s in zip(texts, answers, tokens, kept, schedule.steps, strict=True)]  # fmt: skip
         return results, plan
 
-    def _step_zero(self, embeds: list[np.ndarray], n: int):
+    def _step_zero(self, embeds: list[np.ndarray], n: int) -> StepZeroOut:
         """Step zero for every row, in calls of at most the largest batch bucket."""
-        from seer_trt.step_zero import StepZeroOut
-
         size = self.manifest.buckets.batch[-1]
         parts = []
         for start in range(0, len(embeds), size):
@@ -281,10 +279,6 @@ class SeerPipeline:
                 seconds.append((time.perf_counter() - start) / repeats)
         self.cost = CostModel.fit(shapes, seconds)
         return self.cost
-
-    @property
-    def step_zero_graph(self) -> str:
-        return step_zero_graph(self.manifest.seer, self.manifest.model.num_layers)
 
     def close(self) -> None:
         self.backend.close()
