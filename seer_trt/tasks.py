@@ -11,7 +11,8 @@ from 1 to 40 tokens: every long answer rests on one skill, the alignment of answ
 j + 1 (count to k, repeat a word k times, enumerate the shapes in the picture), which is also what tells the
 model where the answer ends. Long-range copying and arithmetic over the prompt (reverse, copy, add, count
 from a to b) are left out: a probe of this recipe could not learn them, and counting from a to b stopped a
-few tokens off after 55 minutes.
+few tokens off after 55 minutes, and counting the shapes of one colour ("count the red shapes one by one")
+stayed below 30 % exact after an hour, so it was dropped too.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ COLORS = {"red": (230, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 240), "
 SHAPES = ("square", "ring", "cross", "dot")
 WORDS = ("cat", "dog", "sun", "tree", "star", "fish", "moon", "box")
 MAX_NUMBER = 40
-TASKS = ("count", "enumerate", "enumerate_color", "colors", "repeat", "count_to")
-TASK_WEIGHTS = (0.1, 0.18, 0.15, 0.1, 0.24, 0.23)
+TASKS = ("count", "enumerate", "colors", "repeat", "count_to")
+TASK_WEIGHTS = (0.12, 0.2, 0.12, 0.3, 0.26)
 IMAGE_TOKEN = "<image>"
 
 
@@ -85,11 +86,6 @@ def make_sample(rng: np.random.Generator, grid: int = 4, cell_px: int = 8, task:
         return Sample(
             task, f"{IMAGE_TOKEN}\ncount the shapes one by one .", tuple(str(i) for i in range(1, n + 1)), image
         )
-    if task == "enumerate_color":
-        color = str(rng.choice(list(COLORS)))
-        m = colors.count(color)
-        answer = tuple(str(i) for i in range(1, m + 1)) or ("none",)
-        return Sample(task, f"{IMAGE_TOKEN}\ncount the {color} shapes one by one .", answer, image)
     if task == "colors":
         return Sample(task, f"{IMAGE_TOKEN}\nlist the colors .", tuple(c for c in COLORS if c in colors), image)
     raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
