@@ -1,9 +1,10 @@
 """``seer-eval``: accuracy of the padded baseline, Seer and the oracle on held-out fixture prompts (DESIGN §8).
 
 In:  an export of the fixture model (``seer-export --model tiny-llada-v``), a sample count, a seed, a window N.
-Out: per mode exact match against the ground truth and against the baseline's own answers; for Seer the
-     premature-cut rate (L* shorter than the true answer plus its ``<|eot_id|>``), the mean kept window over the
-     true length and the distribution of L* minus the true length; a markdown table, JSON and a PNG.
+Out: per mode exact match against the ground truth (overall and per task) and against the baseline's own
+     answers; for Seer the premature-cut rate (L* shorter than the true answer plus its ``<|eot_id|>``), the mean
+     kept window over the true length and the distribution of L* minus the true length; markdown tables, JSON
+     and a PNG.
 
 Modes: ``baseline`` denoises all N positions every step; ``seer`` cuts at the step-zero boundary; ``oracle``
 cuts at the true length (answer + ``<|eot_id|>``), the physical limit of truncation. All three run through the
@@ -82,10 +83,12 @@ def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[R
     for mode, rs in results.items():
         answers = [list(r.token_ids) for r in rs]
         kept = np.array([r.kept for r in rs])
+        hits = [a == t for a, t in zip(answers, truth, strict=True)]
         row: dict[str, Any] = {
-            "exact_match": float(np.mean([a == t for a, t in zip(answers, truth, strict=True)])),
+            "exact_match": float(np.mean(hits)),
             "mean_steps": float(np.mean([r.steps for r in rs])),
             "mean_kept": float(kept.mean()),
+            "exact_by_task": by_task(samples, hits),
         }
         if base is not None:
             row["match_baseline"] = float(np.mean([a == b for a, b in zip(answers, base, strict=True)]))
@@ -97,6 +100,16 @@ def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[R
             row["kept_minus_true"] = {int(v): int(c) for v, c in zip(values, counts, strict=True)}
         out[mode] = row
     return out
+
+
+def by_task(samples: list[Sample], hits: list[bool]) -> dict[str, dict[str, int]]:
+    """Exact answers and prompts per task, so a shortfall names the task that causes it."""
+    out: dict[str, dict[str, int]] = {}
+    for s, hit in zip(samples, hits, strict=True):
+        row = out.setdefault(s.task, {"exact": 0, "n": 0})
+        row["exact"] += int(hit)
+        row["n"] += 1
+    return dict(sorted(out.items()))
 
 
 def table(m: dict[str, Any], n: int, gen_length: int) -> str:
@@ -111,6 +124,11 @@ def table(m: dict[str, Any], n: int, gen_length: int) -> str:
         same = f"{100 * row['match_baseline']:.1f} %" if "match_baseline" in row else "-"
         lines.append(f"| {mode} | {100 * row['exact_match']:.1f} % | {same} | {pre} | {ratio} | "
                      f"{row['mean_kept']:.1f} | {row['mean_steps']:.1f} |")  # fmt: skip
+    modes = list(m)
+    lines += ["", "exact answers per task", "| task | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
+    for task in m[modes[0]]["exact_by_task"]:
+        cells = [f"{m[k]['exact_by_task'][task]['exact']}/{m[k]['exact_by_task'][task]['n']}" for k in modes]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

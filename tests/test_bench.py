@@ -27,6 +27,9 @@ def test_seer_eval_json_plot_and_consistency(fixture_export, tmp_path):
     assert set(modes) == {"baseline", "seer", "oracle"} and report["gen_length"] == 32
     for row in modes.values():
         assert 0.0 <= row["exact_match"] <= 1.0
+        tasks = row["exact_by_task"]
+        assert sum(t["n"] for t in tasks.values()) == 8 and all(0 <= t["exact"] <= t["n"] for t in tasks.values())
+        assert sum(t["exact"] for t in tasks.values()) / 8 == pytest.approx(row["exact_match"])
     seer = modes["seer"]
     assert sum(seer["kept_minus_true"].values()) == 8
     premature = sum(c for d, c in seer["kept_minus_true"].items() if int(d) < 0) / 8
@@ -34,7 +37,7 @@ def test_seer_eval_json_plot_and_consistency(fixture_export, tmp_path):
     assert modes["baseline"]["mean_kept"] == 32 and modes["baseline"]["match_baseline"] == 1.0
     assert modes["oracle"]["mean_kept"] < 32  # the oracle cut every window at the true length
     assert (tmp_path / "e.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| seer |" in out.getvalue()
+    assert "| seer |" in out.getvalue() and "exact answers per task" in out.getvalue()
 
 
 def test_seer_eval_refuses_a_bad_engines_folder(tmp_path):
