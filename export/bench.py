@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from seer_trt.cli import Parser, fail, git_sha, write_json
+from seer_trt.cli import Parser, fail, git_sha, save_figure, write_json
 from seer_trt.dispatch import POLICIES
 from seer_trt.errors import ConfigError, SeerError
 from seer_trt.evaluate import fixture_samples, oracle_window, truth_ids
@@ -263,10 +263,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax2.set_title("long-tail batch, per dispatch policy")
     ax2.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".partial.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def machine() -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from seer_trt.boundary import detect
-from seer_trt.cli import fail
+from seer_trt.cli import fail, save_figure
 from seer_trt.config import SeerConfig
 from seer_trt.errors import SeerError
 
@@ -166,9 +166,7 @@ def plot(profiles: Profiles, chosen: SeerConfig, path: Path) -> None:
     axes[3].set(title=f"one sample: {chosen.signal} / {chosen.statistic} @ {chosen.probe_layer}", xlabel="position")
     axes[3].legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, dpi=90)
 
 
 def quality_table(rows: list[tuple[str, SeerConfig, dict]]) -> str:

@@ -30,6 +30,19 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
+    """A matplotlib figure as a PNG at ``path`` (folder made), never half-written; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial.png")
+    try:
+        fig.savefig(tmp, dpi=dpi)
+    finally:
+        plt.close(fig)
+    tmp.replace(path)
+
+
 def git_sha() -> str | None:
     """The short commit of the source tree this runs from, None outside a git checkout."""
     try:

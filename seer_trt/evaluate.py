@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from seer_trt.cli import Parser, fail, git_sha, write_json
+from seer_trt.cli import Parser, fail, git_sha, save_figure, write_json
 from seer_trt.errors import ConfigError, SeerError
 from seer_trt.pipeline import Request, Result, SeerPipeline
 from seer_trt.tasks import Sample, make_samples, vocabulary
@@ -152,10 +152,7 @@ def plot(m: dict[str, Any], path: Path, gen_length: int) -> None:
     ax2.set_ylabel("exact match (%)")
     ax2.set_ylim(0, 100)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".partial.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,

@@ -47,7 +47,7 @@ TRAIN_SEED = 1_000_000  # held-out sets use seeds below this
 
 
 def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int):
-    """Samples and per-sample window lengths for one batch whose window is drawn per batch.
+    """Samples, their answer lengths (with ``<|eot_id|>``) and windows, for one batch whose window is drawn per batch.
 
     Half the batches are 64 wide and half 128, the answer windows served. Inside a batch a sample's window is
     the whole batch window (what the padded loop sees), tight (answer + 0..3: what Seer keeps) or anything
@@ -56,7 +56,7 @@ def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int):
     """
     g = 64 if rng.random() < 0.5 else MAX_WINDOW
     full, tight = (0.3, 0.35) if g == 64 else (0.5, 0.2)
-    samples, lengths = [], []
+    samples, needs, lengths = [], [], []
     while len(samples) < batch:
         s = make_sample(rng)
         need = len(enc.answer_ids(s))
@@ -70,8 +70,9 @@ def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int):
         else:
             w = int(rng.integers(need, g + 1))
         samples.append(s)
+        needs.append(need)
         lengths.append(w)
-    return samples, lengths, g
+    return samples, needs, lengths, g
 
 
 def cell_colours(image: np.ndarray, side: int) -> np.ndarray:
@@ -154,7 +155,7 @@ def main() -> None:
         lr = args.lr * min(1.0, frac / 0.03) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
         for group in opt.param_groups:
             group["lr"] = lr
-        samples, lengths, g = draw_batch(rng, enc, args.batch)
+        samples, needs, lengths, g = draw_batch(rng, enc, args.batch)
         target = torch.tensor([enc.window(s, g) for s in samples])  # [B, G], padded to g with endoftext
         kept = torch.tensor(lengths)
         in_window = torch.arange(g)[None] < kept[:, None]  # [B, G]
@@ -166,8 +167,7 @@ def main() -> None:
         # The sampler commits the far padding early and the answer's end last: show that state too. The padding
         # up to a few positions past the answer's end stays masked like the answer; the rest is mostly revealed.
         order = torch.rand(args.batch, 1) < args.sampler_order
-        need = torch.tensor([len(enc.answer_ids(s)) for s in samples])  # answer + <|eot_id|>
-        far = shown & (torch.arange(g)[None] >= (need + torch.randint(0, 9, (args.batch,)))[:, None])
+        far = shown & (torch.arange(g)[None] >= (torch.tensor(needs) + torch.randint(0, 9, (args.batch,)))[:, None])
         masked = torch.where(order & far, (torch.rand(args.batch, g) < 0.1 * t) & in_window, masked)
         gen_ids = torch.where(masked, torch.full_like(target, enc.special.mask_id), target)
         share = torch.where(order, torch.ones_like(share), share)
