@@ -20,7 +20,7 @@ import torch
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 from seer_export.models.llada_v import LLaDAV, left_pad_prompts
 from seer_trt.config import GenerationConfig, SpecialTokens
-from seer_trt.preprocess import ChatFormat, pixel_tiles, tokenize_prompt
+from seer_trt.preprocess import ChatFormat, ChatTokenizer, pixel_tiles
 from seer_trt.tasks import Sample, vocabulary
 
 # LLaDA-V's chat template (tokenizer_config.json of GSAI-ML/LLaDA-V), verbatim.
@@ -104,11 +104,12 @@ class TaskEncoder:
 
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.chat = ChatFormat.from_folder(folder, system=cfg.system_prompt)
+        self.chat_tokenizer = ChatTokenizer(folder / "tokenizer.json", self.chat)  # as the runtime encodes prompts
         self.special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
         self.cfg = cfg
 
     def prompt_ids(self, sample: Sample) -> list[int]:
-        return tokenize_prompt(self.tokenizer, self.chat.render(sample.question))
+        return self.chat_tokenizer.encode(sample.question)
 
     def answer_ids(self, sample: Sample) -> list[int]:
         """Answer ids followed by ``<|eot_id|>``: the true length Seer should keep (plus its margin)."""

@@ -6,7 +6,9 @@ Out: prompt ids with ``IMAGE_PLACEHOLDER`` where image features are spliced, and
      (``anyres_tiles``: the whole image, then a grid of tiles chosen from the checkpoint's grid pinpoints).
 
 Uses the light ``tokenizers`` package and jinja2 (the tokenizer's own chat template), never transformers;
-PIL for resizing. ``anyres_layout`` gives the feature-side geometry of ``spatial_unpad`` merging (which rows
+PIL for resizing. User text is text: only the chat template's own text may hold control tokens; a message's
+content is tokenized with special-token matching off (``ChatTokenizer``), so typing ``<|eot_id|>`` cannot end a
+turn or forge one. ``anyres_layout`` gives the feature-side geometry of ``spatial_unpad`` merging (which rows
 and columns of the grid's patch map survive unpadding and the ``anyres_max_N`` downsampling), so the exporter
 and the runtime agree on how many features an image takes.
 """
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import json
 import math
 import re
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -53,28 +57,115 @@ class ChatFormat:
         bos = bos["content"] if isinstance(bos, dict) else bos
         return cls(template=data["chat_template"], bos_token=bos or "", system=system)
 
-    def render(self, user: str) -> str:
-        """The full prompt text for one user turn, ending with the assistant header."""
+    @functools.cached_property
+    def _compiled(self):
         import jinja2
 
-        messages = ([{"role": "system", "content": self.system}] if self.system else []) + [
-            {"role": "user", "content": user}
-        ]
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-        return env.from_string(self.template).render(
-            messages=messages, bos_token=self.bos_token, add_generation_prompt=True
-        )
+        return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(self.template)
+
+    def _render(self, contents: Sequence[str]) -> str:
+        """The template over ``contents``: (system, user) when there are two, (user,) otherwise."""
+        roles = ("system", "user")[-len(contents) :]
+        messages = [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
+        return self._compiled.render(messages=messages, bos_token=self.bos_token, add_generation_prompt=True)
+
+    def render(self, user: str, system: str | None = None) -> str:
+        """The full prompt text for one user turn, ending with the assistant header (``system``: None for the
+        default system message, "" for none)."""
+        return "".join(text for text, _ in self.segments(user, system))
+
+    def segments(self, user: str, system: str | None = None) -> list[tuple[str, str | None]]:
+        """The prompt as (text, role) pieces, in order: role None for the template's own text, "system" or "user"
+        for message content.
+
+        The template's own text (role headers, ``<|eot_id|>``, BOS) is what may hold control tokens; message
+        content is the user's and is tokenized as plain text (``ChatTokenizer``). Each content goes through the
+        template as it would whole (its ``trim`` and the like applied): the template is rendered with an
+        unguessable slot per content, then once per content with only that slot filled, and the text between
+        the slot's neighbours is the content as placed.
+
+        Raises:
+            ConfigError: the template does not place each message's content exactly once, as one piece.
+        """
+        system = self.system if system is None else system
+        roles, contents = (["system", "user"], [system, user]) if system else (["user"], [user])
+        nonce = secrets.token_hex(8)
+        slots = [f"\x00seer-content-{i}-{nonce}\x00" for i in range(len(contents))]
+        base = self._render(slots)
+        placed = []
+        for i, content in enumerate(contents):
+            if base.count(slots[i]) != 1:
+                raise ConfigError(f"the chat template places message content {base.count(slots[i])} times, expected "
+                                  f"once; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
+            start = base.index(slots[i])
+            prefix, suffix = base[:start], base[start + len(slots[i]) :]
+            filled = self._render([content if j == i else s for j, s in enumerate(slots)])
+            if not (filled.startswith(prefix) and filled.endswith(suffix) and len(filled) >= len(prefix) + len(suffix)):
+                raise ConfigError("the chat template renders around message content differently depending on the "
+                                  "content; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
+            placed.append(filled[len(prefix) : len(filled) - len(suffix)])
+        pieces: list[tuple[str, str | None]] = []
+        rest = base
+        for slot, text, role in sorted(zip(slots, placed, roles, strict=True), key=lambda p: base.index(p[0])):
+            head, _, rest = rest.partition(slot)
+            pieces += [(head, None), (text, role)]
+        pieces.append((rest, None))
+        return [(text, role) for text, role in pieces if text]
 
 
-def tokenize_prompt(tokenizer, text: str) -> list[int]:
-    """Token ids of ``text`` with ``IMAGE_PLACEHOLDER`` for every ``<image>`` (``tokenizer_image_token``)."""
-    ids: list[int] = []
-    for k, chunk in enumerate(text.split(IMAGE_TOKEN)):
-        if k:
-            ids.append(IMAGE_PLACEHOLDER)
-        if chunk:
-            ids.extend(tokenizer.encode(chunk, add_special_tokens=False).ids)
-    return ids
+class ChatTokenizer:
+    """Prompt ids of one turn: the template's text with its control tokens, message content as plain text.
+
+    Two ``tokenizers.Tokenizer``s over one ``tokenizer.json``: one matches the added tokens (``<|eot_id|>``,
+    headers, BOS) in the template's own text; the other has ``encode_special_tokens`` set, so a special-token
+    string typed by a user is split like any other text and never becomes a control id. (Two instances, since
+    that flag is state of the tokenizer and a pipeline may encode from several threads at once.)
+    """
+
+    def __init__(self, tokenizer_json: str | Path, chat: ChatFormat) -> None:
+        """
+        Raises:
+            InputError: the tokenizer file is missing or corrupt.
+        """
+        from tokenizers import Tokenizer
+
+        try:
+            self.control = Tokenizer.from_file(str(tokenizer_json))
+            self.text = Tokenizer.from_file(str(tokenizer_json))
+        except Exception as err:  # tokenizers raises its own Exception type for a corrupt file
+            raise InputError(f"cannot read the tokenizer {tokenizer_json} ({err}); re-export") from None
+        self.text.encode_special_tokens = True
+        self.chat = chat
+        self.special_ids = frozenset(i for i, t in self.control.get_added_tokens_decoder().items() if t.special)
+
+    def user_ids(self, text: str, images: bool) -> list[int]:
+        """Ids of message content; with ``images``, ``IMAGE_PLACEHOLDER`` for every ``<image>``.
+
+        Raises:
+            InputError: the tokenizer maps the text to a control token anyway (a vocabulary holding one as a word).
+        """
+        ids: list[int] = []
+        for k, chunk in enumerate(text.split(IMAGE_TOKEN) if images else [text]):
+            if k:
+                ids.append(IMAGE_PLACEHOLDER)
+            if chunk:
+                ids.extend(self.text.encode(chunk, add_special_tokens=False).ids)
+        control = sorted(self.special_ids.intersection(ids))
+        if control:
+            raise InputError(f"this tokenizer encodes the message text to control token(s) "
+                             f"{[self.control.id_to_token(i) for i in control]}; remove them from the text")  # fmt: skip
+        return ids
+
+    def encode(self, user: str, system: str | None = None) -> list[int]:
+        """Prompt ids of one user turn, ``IMAGE_PLACEHOLDER`` for every ``<image>`` of the user's message
+        (``tokenizer_image_token``); ``system``: None for the default system message, "" for none."""
+        ids: list[int] = []
+        for text, role in self.chat.segments(user, system):
+            if role is None:
+                ids.extend(self.control.encode(text, add_special_tokens=False).ids)
+            else:
+                ids.extend(self.user_ids(text, images=role == "user"))
+        return ids
 
 
 def pixel_tiles(image: np.ndarray, size: int, mean: float = 0.5, std: float = 0.5) -> np.ndarray:
@@ -177,14 +268,22 @@ def select_best_resolution(original_size: tuple[int, int], resolutions: Sequence
     return best
 
 
-def resize_and_pad(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
-    """Fit [H, W, 3] uint8 into ``target`` (width, height), aspect kept, centred on black: [height, width, 3]."""
-    height, width = image.shape[:2]
+def fitted_size(original: tuple[int, int], target: tuple[int, int]) -> tuple[int, int]:
+    """(width, height) of an ``original``-sized image fitted into ``target``, aspect kept (``resize_and_pad``)."""
+    width, height = original
     tw, th = target
     if tw / width < th / height:  # width fills, black bands above and below
-        nw, nh = tw, min(math.ceil(height * (tw / width)), th)
-    else:
-        nw, nh = min(math.ceil(width * (th / height)), tw), th
+        return tw, min(math.ceil(height * (tw / width)), th)
+    return min(math.ceil(width * (th / height)), tw), th
+
+
+def resize_and_pad(image: np.ndarray, target: tuple[int, int], original: tuple[int, int] | None = None) -> np.ndarray:
+    """Fit [H, W, 3] uint8 into ``target`` (width, height), aspect kept, centred on black: [height, width, 3].
+
+    ``original``: the image's (width, height) before a reduced-scale decode, which the fit is computed from.
+    """
+    tw, th = target
+    nw, nh = fitted_size(original or (image.shape[1], image.shape[0]), target)
     out = np.zeros((th, tw, 3), dtype=np.uint8)
     top, left = (th - nh) // 2, (tw - nw) // 2
     out[top : top + nh, left : left + nw] = _resize(image, (nw, nh))
@@ -192,23 +291,29 @@ def resize_and_pad(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
 
 
 def anyres_tiles(
-    image: np.ndarray, tile_size: int, pinpoints: Pinpoints = LLADA_V_PINPOINTS, mean: float = 0.5, std: float = 0.5
+    image: np.ndarray,
+    tile_size: int,
+    pinpoints: Pinpoints = LLADA_V_PINPOINTS,
+    mean: float = 0.5,
+    std: float = 0.5,
+    original_size: tuple[int, int] | None = None,
 ) -> AnyresImage:
     """LLaVA-OneVision "anyres" tiling of one [H, W, 3] uint8 image, SigLIP-normalised.
 
     The grid resolution is ``select_best_resolution`` over ``pinpoints``; the image is resized and padded to
     it and cut into S x S tiles row by row. The base tile (the whole image squashed to S x S, not padded)
-    comes first. Pixels: bicubic resize, x / 255, then (x - mean) / std per channel.
+    comes first. Pixels: bicubic resize, x / 255, then (x - mean) / std per channel. ``original_size``: the
+    image's (width, height) when ``image`` was decoded at a reduced scale; the grid and the unpadding follow it.
     """
     arr = _check_rgb(image)
     if arr.dtype != np.uint8:
         raise InputError(
             f"image dtype is {arr.dtype}, expected uint8 RGB; convert 0..1 floats with (x * 255).astype(np.uint8)"
         )
-    height, width = arr.shape[:2]
+    width, height = original_size or (arr.shape[1], arr.shape[0])
     tw, th = select_best_resolution((width, height), parse_pinpoints(pinpoints, tile_size))
     cols, rows = tw // tile_size, th // tile_size
-    padded = resize_and_pad(arr, (tw, th))  # [th, tw, 3]
+    padded = resize_and_pad(arr, (tw, th), (width, height))  # [th, tw, 3]
     grid = padded.reshape(rows, tile_size, cols, tile_size, 3).transpose(0, 2, 1, 3, 4)
     grid = grid.reshape(rows * cols, tile_size, tile_size, 3)  # row-major tiles
     base = _resize(arr, (tile_size, tile_size))[None]
