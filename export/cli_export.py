@@ -14,9 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from seer_trt.cli import Parser, fail
+from seer_trt.cli import Parser, fail, interrupted, require_extra
 from seer_trt.errors import SeerError
 from seer_trt.graphs import GRAPH_NAMES, GRAPHS
+from seer_trt.outfolder import signals_as_interrupts
 
 PROG = "seer-export"
 
@@ -39,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"graphs to export (default: all). {graphs}")  # fmt: skip
     ap.add_argument("--no-validate", action="store_true", help="skip ONNX Runtime vs PyTorch validation")
     ap.add_argument("--samples", type=int, default=16, help="held-out prompts of the end-to-end check")
-    ap.add_argument("--force", action="store_true", help="replace a non-empty --out (only once complete)")
+    ap.add_argument("--force", action="store_true", help="replace an existing export at --out (only once complete); a "
+                    "folder holding anything else is never replaced")  # fmt: skip
     ap.add_argument("--save-goldens", action="store_true", help="write Polygraphy JSON inputs/outputs")
     ap.add_argument("--verbose", action="store_true", help="exporter output and tracebacks")
     return ap
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        require_extra(PROG)
         from seer_export.onnx_export import ExportOptions, run_export
 
         options = ExportOptions(
@@ -63,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             samples=args.samples,
             verbose=args.verbose,
         )
-        run_export(options, log=lambda line: print(line, flush=True))
+        with signals_as_interrupts():
+            run_export(options, log=lambda line: print(line, flush=True))
         return 0
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM, SIGHUP: the staging folder is gone, the old export stays
+        return interrupted(PROG, err, args.verbose)
     except SeerError as err:
         return fail(PROG, err, args.verbose)
 

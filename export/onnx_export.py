@@ -23,9 +23,7 @@ import dataclasses
 import io
 import logging
 import math
-import os
 import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -43,8 +41,8 @@ from seer_export.models.registry import get_entry, resolve
 from seer_trt.config import SpecialTokens
 from seer_trt.errors import CheckpointError, ConfigError, SeerError
 from seer_trt.graphs import GRAPH_NAMES, PRECISIONS, GraphSpec, LengthBuckets, graph_specs
+from seer_trt.integrity import checksums
 from seer_trt.manifest import (
-    MANIFEST_FILE,
     SCHEMA_VERSION,
     TOKENIZER_DIR,
     GraphEntry,
@@ -54,6 +52,7 @@ from seer_trt.manifest import (
     Versions,
     VisionInfo,
 )
+from seer_trt.outfolder import check_target, is_collection, is_export, replace_folder
 
 OPSETS = (20, 21, 22)  # 23 turns SDPA into the ONNX Attention op, poorly supported by ORT CPU / TensorRT (§11)
 LARGE_BYTES = int(1.5 * 2**30)  # graphs with more weights than this are saved with external data
@@ -65,17 +64,6 @@ ORIGINAL_NAME = "pkg.torch.onnx.original_node_name"  # an output-renamed initial
 
 class ExportError(SeerError):
     """The export could not be completed (output folder, parity, precision policy)."""
-
-
-def is_collection(folder: Path) -> bool:
-    """A folder of exports such as ``engines/``: no manifest of its own, only a README and export folders."""
-    if not folder.is_dir() or (folder / MANIFEST_FILE).exists():
-        return False
-    entries = list(folder.iterdir())
-    return bool(entries) and all(
-        e.name == "README.md" or (e.is_dir() and ((e / MANIFEST_FILE).is_file() or e.name.startswith(".")))
-        for e in entries
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -473,54 +461,26 @@ def check_validation_memory(source: Source, options: ExportOptions) -> None:
 
 
 def check_out(out: Path, force: bool) -> Path:
-    """The absolute output folder, if it may be written.
+    """The absolute output folder, if it may be written (``seer_trt.outfolder.check_target``): new, empty, or an
+    export (``--force``); never a folder holding anything seer-export did not write.
 
     Raises:
-        ExportError: ``out`` is a file, a non-empty folder without ``force``, or under a file.
+        FolderError: ``out`` is a file or under one, holds the user's files, is an export and ``force`` is not
+            set, or is not writable.
     """
-    out = out.expanduser().absolute()
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} is a file; expected a folder (new, empty, or replaced with --force)")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise ExportError(f"--out {out} exists and is not empty; pass --force to replace it, or choose another --out")
-    blocker = next((p for p in out.parents if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        raise ExportError(f"--out {out}: {blocker} is a file, not a folder; choose another --out")
-    if blocker is not None and not os.access(blocker, os.W_OK | os.X_OK):
-        raise ExportError(f"--out {out}: {blocker} is not writable; choose a writable folder")
-    return out
+    return check_target(out, force, is_export, "--out", "an export").path
 
 
 @contextlib.contextmanager
 def staging_folder(out: Path, force: bool) -> Iterator[Path]:
-    """A temporary folder next to ``out``, moved onto ``out`` only if the block completes; removed otherwise.
+    """A temporary folder next to ``out`` (inside it when it is a mount point), moved onto ``out`` only if the
+    block completes; removed otherwise, Ctrl-C and SIGTERM included.
 
     Raises:
-        ExportError: see ``check_out``; or the folder cannot be created.
+        FolderError: see ``check_out``; or the folder cannot be created.
     """
-    out = check_out(out, force)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    except OSError as err:
-        raise ExportError(
-            f"--out {out}: cannot write in {out.parent} ({err.strerror}); choose a writable folder"
-        ) from None
-    try:
+    with replace_folder(check_target(out, force, is_export, "--out", "an export")) as staging:
         yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder once in place
-    old = None
-    if out.exists():  # swap only now: a failure above leaves the previous export untouched
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, old / out.name)
-    os.replace(staging, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 Log = Callable[[str], None]
@@ -592,6 +552,7 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
                     f"parity check failed: {parity.note}; {options.out} was left as it was (rerun with --verbose "
                     f"for the exporter's output, or compare against the fp32 export)"
                 )
+        manifest = dataclasses.replace(manifest, checksums=checksums(staging, manifest))  # seer-build verifies them
         manifest.write(staging)
         stage(f"wrote {len(entries)} graph(s), tokenizer/ and manifest.json")
     stage(f"done: {options.out}")

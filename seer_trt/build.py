@@ -3,11 +3,13 @@
 In:  ``BuildOptions``: the export folder (``seer-export``), the TensorRT flavour, which graphs, ``--profiles``
      overrides of the manifest's length buckets, a timing cache.
 Out: ``DIR/{tensorrt,tensorrt-rtx}/{graph}.plan`` (+ ``timing.cache``), and in ``DIR/manifest.json`` the record of
-     the build (``seer_trt.manifest.EngineBuild``: TensorRT version, GPU, profiles per plan, ONNX sha256).
+     the build (``seer_trt.manifest.EngineBuild``: TensorRT version, GPU, profiles per plan and the buckets they were
+     planned from, ONNX sha256). The graph files are first checked against the export's checksums.
 
     manifest ─► ProfilePlan (seer_trt.profiles) ─► per graph: parse ONNX ─► inputs checked against the spec
              ─► one optimization profile per planned range ─► build_serialized_network ─► plan
              ─► all plans + updated manifest written in a staging folder ─► swapped into place at the end
+                (``seer_trt.outfolder``: an engine folder holding anything but plans is refused, not replaced)
 
 Precision is the graph's: TensorRT 11 networks are strongly typed (its FP16 / BF16 builder flags are gone), so
 an fp16 export builds an fp16 engine and nothing here chooses a precision. Plans run only under the TensorRT
@@ -22,8 +24,6 @@ import dataclasses
 import datetime
 import hashlib
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from seer_trt.errors import ConfigError, SeerError
+from seer_trt.integrity import verify
 from seer_trt.manifest import MANIFEST_FILE, SCHEMA_VERSION, EngineBuild, EngineFile, GraphEntry, Manifest
+from seer_trt.outfolder import check_target, replace_folder
 from seer_trt.profiles import ProfilePlan, parse_overrides, plan_profiles, tiles_per_image
 from seer_trt.trt_backend import BUILDERS, cuda_device, import_tensorrt
 
@@ -168,20 +170,65 @@ def _open_timing_cache(config, path: Path, log: Log):
     return cache
 
 
-def _swap(staging: Path, live: Path) -> None:
-    """Move ``staging`` onto ``live``; the previous ``live`` goes only once the new one is in place."""
-    old = None
-    if live.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{live.name}.old-", dir=live.parent))
-        os.replace(live, old / live.name)
-    try:
-        os.replace(staging, live)
-    except OSError:
-        if old is not None:
-            os.replace(old / live.name, live)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _ours(live: Path) -> bool:
+    """An engine folder holds only what seer-build writes there: plans and the timing cache."""
+    return all(p.is_file() and (p.suffix == ".plan" or p.name == TIMING_CACHE) for p in live.iterdir()
+               if not p.name.startswith("."))  # fmt: skip
+
+
+def _build_all(trt, manifest: Manifest, plan: ProfilePlan, options: BuildOptions, staging: Path, live: Path,
+               rtx: bool, device, stage: Log) -> dict[str, EngineFile]:  # fmt: skip
+    """Every plan, the timing cache and the updated manifest (``.manifest.json.next``), written into ``staging``."""
+    folder = options.engines
+    logger = trt.Logger(trt.Logger.WARNING if options.verbose else trt.Logger.ERROR)
+    builder = trt.Builder(logger)
+    cache_path = options.timing_cache or live / TIMING_CACHE
+    cache = None
+    if rtx:
+        stage("timing cache: not used by TensorRT-RTX (it selects kernels on the device at run time)")
+    else:
+        cache = _open_timing_cache(builder.create_builder_config(), cache_path, stage)
+    engines: dict[str, EngineFile] = {}
+    for graph, profiles in plan.graphs.items():
+        entry = manifest.graph(graph)
+        t0 = time.perf_counter()
+        sha = onnx_sha256(folder, entry)
+        serialized = build_plan(trt, builder, logger, entry, folder / entry.file, plan, cache, options.opt_level)
+        name = f"{graph}.plan"
+        with open(staging / name, "wb") as f:
+            f.write(serialized)
+        size = (staging / name).stat().st_size
+        del serialized
+        seconds = time.perf_counter() - t0
+        engines[graph] = EngineFile(f"{live.name}/{name}", sha, profiles, size, round(seconds, 2))
+        stage(f"built {live.name}/{name}: {len(profiles)} profile(s), {size / 2**20:.1f} MiB, {seconds:.1f} s")
+    cache_file = None
+    if cache is not None:
+        target = staging / TIMING_CACHE if options.timing_cache is None else options.timing_cache
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_bytes(bytes(cache.serialize()))
+        os.replace(partial, target)
+        cache_file = f"{live.name}/{TIMING_CACHE}" if options.timing_cache is None else str(target.absolute())
+        stage(f"timing cache saved: {target if options.timing_cache else cache_file}")
+    record = EngineBuild(
+        builder=options.builder,
+        version=trt.__version__,
+        device="" if rtx else device.name,
+        compute_capability="" if rtx else device.compute_capability,
+        timing_cache=cache_file,
+        built_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        engines=engines,
+        buckets=plan.buckets,  # what the runtime dispatches to: the buckets these profiles were planned from
+    )
+    manifest = dataclasses.replace(
+        manifest,
+        schema_version=SCHEMA_VERSION,
+        engines={**manifest.engines, options.builder: {g: e.file for g, e in engines.items()}},
+        builds={**manifest.builds, options.builder: record},
+    )
+    manifest.write(staging)
+    return engines
 
 
 def run_build(options: BuildOptions, log: Log = print) -> Manifest | ProfilePlan:
@@ -214,6 +261,11 @@ def run_build(options: BuildOptions, log: Log = print) -> Manifest | ProfilePlan
     log(plan.describe())
     if options.dry_run:
         return plan
+    live = folder / ENGINE_DIRS[options.builder]
+    target = check_target(live, True, _ours, "the engine folder", "plans")  # before any work: never the user's files
+    checked = verify(folder, manifest, log=stage)  # a graph swapped since the export would build the wrong engine
+    if checked:
+        stage(f"{checked} graph file(s) match the export's sha256")
     trt = import_tensorrt(options.builder)
     rtx = options.builder == "tensorrt-rtx"
     device = cuda_device()
@@ -226,71 +278,15 @@ def run_build(options: BuildOptions, log: Log = print) -> Manifest | ProfilePlan
         stage(f"TensorRT-RTX {trt.__version__}: ahead-of-time plans, portable across RTX GPUs (no GPU needed)")
     else:
         stage(f"TensorRT {trt.__version__} on {device}")
-    live = folder / ENGINE_DIRS[options.builder]
     try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{live.name}.partial-", dir=folder))
+        with replace_folder(target) as staging:
+            engines = _build_all(trt, manifest, plan, options, staging, live, rtx, device, stage)
+            os.replace(staging / MANIFEST_FILE, staging / f".{MANIFEST_FILE}.next")  # leaves with the plans
+        # last: the record names plans now in place
+        os.replace(live / f".{MANIFEST_FILE}.next", folder / MANIFEST_FILE)
     except OSError as err:
-        raise BuildError(f"--engines {folder}: cannot write there ({err.strerror}); copy the export to a writable "
-                         f"folder") from None  # fmt: skip
-    try:
-        logger = trt.Logger(trt.Logger.WARNING if options.verbose else trt.Logger.ERROR)
-        builder = trt.Builder(logger)
-        cache_path = options.timing_cache or live / TIMING_CACHE
-        cache = None
-        if rtx:
-            stage("timing cache: not used by TensorRT-RTX (it selects kernels on the device at run time)")
-        else:
-            cache = _open_timing_cache(builder.create_builder_config(), cache_path, stage)
-        engines: dict[str, EngineFile] = {}
-        for graph, profiles in plan.graphs.items():
-            entry = manifest.graph(graph)
-            t0 = time.perf_counter()
-            sha = onnx_sha256(folder, entry)
-            serialized = build_plan(trt, builder, logger, entry, folder / entry.file, plan, cache, options.opt_level)
-            name = f"{graph}.plan"
-            with open(staging / name, "wb") as f:
-                f.write(serialized)
-            size = (staging / name).stat().st_size
-            del serialized
-            seconds = time.perf_counter() - t0
-            engines[graph] = EngineFile(f"{live.name}/{name}", sha, profiles, size, round(seconds, 2))
-            stage(f"built {live.name}/{name}: {len(profiles)} profile(s), {size / 2**20:.1f} MiB, {seconds:.1f} s")
-        cache_file = None
-        if cache is not None:
-            target = staging / TIMING_CACHE if options.timing_cache is None else options.timing_cache
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(f".{target.name}.partial")
-            partial.write_bytes(bytes(cache.serialize()))
-            os.replace(partial, target)
-            cache_file = f"{live.name}/{TIMING_CACHE}" if options.timing_cache is None else str(target.absolute())
-            stage(f"timing cache saved: {target if options.timing_cache else cache_file}")
-        record = EngineBuild(
-            builder=options.builder,
-            version=trt.__version__,
-            device="" if rtx else device.name,
-            compute_capability="" if rtx else device.compute_capability,
-            timing_cache=cache_file,
-            built_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            engines=engines,
-        )
-        manifest = dataclasses.replace(
-            manifest,
-            schema_version=SCHEMA_VERSION,
-            engines={**manifest.engines, options.builder: {g: e.file for g, e in engines.items()}},
-            builds={**manifest.builds, options.builder: record},
-        )
-        manifest.write(staging)
-        umask = os.umask(0)
-        os.umask(umask)
-        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the engine folder is an ordinary one
-        _swap(staging, live)
-        os.replace(live / MANIFEST_FILE, folder / MANIFEST_FILE)  # last: the record names plans now in place
-    except OSError as err:
-        shutil.rmtree(staging, ignore_errors=True)
         raise BuildError(f"writing the engines under {folder} failed ({err}); free space or fix permissions, then "
                          f"rebuild") from None  # fmt: skip
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    manifest = Manifest.read(folder)
     stage(f"done: {len(engines)} plan(s) in {live}, recorded in {folder / MANIFEST_FILE}")
     return manifest

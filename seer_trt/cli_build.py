@@ -15,8 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from seer_trt.cli import Parser
+from seer_trt.cli import Parser, fail, interrupted
 from seer_trt.errors import SeerError
+from seer_trt.outfolder import signals_as_interrupts
 
 PROG = "seer-build"
 
@@ -60,13 +61,13 @@ def main(argv: list[str] | None = None) -> int:
             dry_run=args.dry_run,
             verbose=args.verbose,
         )
-        run_build(options, log=lambda line: print(line, flush=True))
+        with signals_as_interrupts():
+            run_build(options, log=lambda line: print(line, flush=True))
         return 0
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM, SIGHUP: the staging folder is gone, the old plans stay
+        return interrupted(PROG, err, args.verbose)
     except SeerError as err:
-        if args.verbose:
-            raise
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
+        return fail(PROG, err, args.verbose)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from seer_trt.cli import Parser, fail
+from seer_trt.cli import Parser, fail, interrupted
 from seer_trt.errors import SeerError
+from seer_trt.outfolder import signals_as_interrupts
 
 PROG = "seer-triton"
 
@@ -32,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--name", default="seer", help="the orchestrator's model name; components are NAME_GRAPH")
     ap.add_argument("--instances", type=int, default=2, help="orchestrator instances (default: 2)")
     ap.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads per cpu component (0: default)")
-    ap.add_argument("--force", action="store_true", help="replace --out if it exists")
+    ap.add_argument("--force", action="store_true", help="replace a repository seer-triton wrote at --out; a folder "
+                    "holding anything else is never replaced")  # fmt: skip
     ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
     return ap
 
@@ -43,11 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         from seer_trt.triton.repository import plan_repository, write_repository
 
         plan = plan_repository(args.engines, args.flavour, args.name, args.instances, args.threads)
-        out = write_repository(plan, args.out, args.force)
+        with signals_as_interrupts():
+            out = write_repository(plan, args.out, args.force)
         for model in plan.models:
             print(f"{model.name}: {model.platform or model.backend}")
         print(f"{PROG}: wrote {len(plan.models)} models ({args.flavour}) to {out}", file=sys.stderr)
         return 0
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM, SIGHUP: the staging folder is gone, --out as it was
+        return interrupted(PROG, err, args.verbose)
     except (SeerError, OSError) as err:
         return fail(PROG, err, args.verbose)
 

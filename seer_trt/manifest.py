@@ -9,7 +9,9 @@ Out: ``Manifest``: model dims, vision preprocessing, special ids, tokenizer fold
 Versioned: ``schema_version`` "MAJOR.MINOR". A reader accepts its own major version and any minor (a newer
 minor only adds keys, which are ignored); another major is refused with the fix (re-export). Every class is a
 frozen dataclass with ``to_dict`` / ``from_dict``; ``Manifest.read`` / ``write`` do the JSON.
-1.1 added ``builds`` (absent from 1.0 manifests, read as none).
+1.1 added ``builds`` (absent from 1.0 manifests, read as none). 1.2 added ``checksums`` (sha256 of every file the
+graphs read, ``seer_trt.integrity``), the image limits of ``VisionInfo`` and the ``buckets`` a build planned its
+profiles from (``EngineBuild``); absent from older manifests, read as none / the defaults.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from seer_trt.errors import ManifestError, SeerError
 from seer_trt.graphs import GraphSpec, LengthBuckets, TensorSpec
 from seer_trt.profiles import Profile
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
 
@@ -73,6 +75,8 @@ class VisionInfo:
     newline: str  # "unpad": image_newline after a single tile's features and after each anyres map row; "none"
     pixel_mean: float = 0.5  # pixels: (x / 255 - mean) / std per channel
     pixel_std: float = 0.5
+    max_image_pixels: int = 50_000_000  # an image with more (width x height, from its header) is refused undecoded
+    max_image_bytes: int = 50 * 2**20  # an encoded image file larger than this is refused unread
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid_pinpoints", tuple(tuple(int(v) for v in p) for p in self.grid_pinpoints))
@@ -226,9 +230,11 @@ class EngineBuild:
     timing_cache: str | None  # the timing cache used and updated (absolute, or relative to the manifest)
     built_at: str  # UTC, ISO 8601
     engines: dict[str, EngineFile]  # graph -> its plan
+    buckets: LengthBuckets | None = None  # the sizes the profiles were planned from (None: built before 1.2)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "engines": {g: e.to_dict() for g, e in self.engines.items()}}
+        return {**dataclasses.asdict(self), "engines": {g: e.to_dict() for g, e in self.engines.items()},
+                "buckets": None if self.buckets is None else self.buckets.to_dict()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, name: str, data: Any, lenient: bool) -> EngineBuild:
@@ -237,6 +243,8 @@ class EngineBuild:
         if not isinstance(kw["engines"], dict):
             raise ManifestError(f"{where}.engines is a {type(kw['engines']).__name__}, expected a JSON object")
         kw["engines"] = {g: EngineFile.from_dict(e, f"{where}.engines.{g}", lenient) for g, e in kw["engines"].items()}
+        if kw.get("buckets") is not None:
+            kw["buckets"] = LengthBuckets.from_dict(_take(kw["buckets"], LengthBuckets, f"{where}.buckets", lenient))
         return cls(**kw)
 
 
@@ -257,6 +265,7 @@ class Manifest:
     parity: ParityReport
     engines: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # backend -> graph -> file
     builds: dict[str, EngineBuild] = dataclasses.field(default_factory=dict)  # builder -> what seer-build built
+    checksums: dict[str, str] = dataclasses.field(default_factory=dict)  # file the graphs read -> its sha256
 
     def graph(self, name: str) -> GraphEntry:
         """The entry of graph ``name``.
@@ -291,6 +300,7 @@ class Manifest:
             "parity": self.parity.to_dict(),
             "engines": {k: dict(v) for k, v in self.engines.items()},
             "builds": {k: b.to_dict() for k, b in self.builds.items()},
+            "checksums": dict(self.checksums),
         }
 
     @classmethod
@@ -322,6 +332,12 @@ class Manifest:
             kw["parity"] = ParityReport.from_dict(kw["parity"], lenient)
             kw["engines"] = {str(k): dict(v) for k, v in kw.get("engines", {}).items()}
             kw["builds"] = {str(k): EngineBuild.from_dict(k, v, lenient) for k, v in kw.get("builds", {}).items()}
+            sums = kw.get("checksums", {})
+            if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
+                raise ManifestError(
+                    f"{where}: checksums is not an object of file -> sha256; re-export with seer-export"
+                )
+            kw["checksums"] = {str(k): v for k, v in sums.items()}
         except ManifestError:
             raise
         except SeerError as err:  # a config value out of range: name the file

@@ -4,6 +4,7 @@ In:  an export folder (``manifest.json``, ONNX graphs, ``tokenizer/``; TensorRT 
      a flavour ("gpu" or "cpu") and the orchestrator's name.
 Out: REPO/, written to a temporary folder, checked, then moved into place:
 
+    REPO/.seer-triton.json           marks the folder as seer-triton's: --force replaces nothing else
     REPO/NAME/config.pbtxt           orchestrator: Python backend, dynamic batching, BLS to the components
     REPO/NAME/1/model.py             the Python-backend entry (templates/model.py), role "orchestrator"
     REPO/NAME/1/export/              manifest.json + tokenizer/: what SeerPipeline reads
@@ -29,6 +30,7 @@ from typing import Any
 from seer_trt.errors import ConfigError, ManifestError
 from seer_trt.graphs import GraphSpec
 from seer_trt.manifest import MANIFEST_FILE, Manifest
+from seer_trt.outfolder import check_target, is_repository, replace_folder, write_repository_marker
 from seer_trt.step_zero import step_zero_graph
 from seer_trt.triton import pbtxt
 from seer_trt.triton.orchestrator import REQUEST_INPUTS, RESPONSE_OUTPUTS
@@ -187,6 +189,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
             ("seer_trt_path", code_path),
             ("export", EXPORT_DIR),
             ("components", json.dumps(components)),
+            ("plans", json.dumps([g for g in components if g in plans])),  # their calls fit the built profiles
             ("policy", "hybrid"),
         ),  # fmt: skip
         batch_delay_us=BATCH_DELAY_US,
@@ -201,18 +204,17 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
 
 
 def write_repository(plan: RepositoryPlan, out: str | Path, force: bool = False) -> Path:
-    """Write ``plan`` to ``out``: into a temporary sibling folder, checked, then renamed into place.
+    """Write ``plan`` to ``out``: into a staging folder, checked, then moved into place (``seer_trt.outfolder``).
+
+    ``force`` replaces only a repository seer-triton wrote (its marker file, ``REPOSITORY_MARKER``); a folder
+    holding anything else is refused whatever ``force`` says.
 
     Raises:
-        ConfigError: ``out`` exists and ``force`` is not set, or the written repository fails its checks.
+        FolderError: ``out`` is a file, holds the user's files, or is a repository and ``force`` is not set.
+        ConfigError: the written repository fails its checks (nothing is moved into place then).
     """
-    out = Path(out)
-    if out.exists() and not force:
-        raise ConfigError(f"{out} already exists; pass --force to replace it, or choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    target = check_target(out, force, is_repository, "--out", "a model repository")
+    with replace_folder(target) as tmp:
         for model in plan.models:
             version = tmp / model.name / VERSION
             version.mkdir(parents=True)
@@ -220,14 +222,8 @@ def write_repository(plan: RepositoryPlan, out: str | Path, force: bool = False)
             for dest, src in model.files:
                 place(src, version / dest)
         check_repository(tmp, plan.name)
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        if out.exists():
-            out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        write_repository_marker(tmp, {"name": plan.name, "flavour": plan.flavour, "source": str(plan.source)})
+    return target.path
 
 
 def place(src: Path, dest: Path) -> None:
