@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from seer_trt.cli import Parser, fail, git_sha, save_figure, write_json
+from seer_trt.cli import Parser, fail, git_sha, require_extra, save_figure, write_json
 from seer_trt.dispatch import POLICIES
 from seer_trt.errors import ConfigError, SeerError
 from seer_trt.evaluate import fixture_samples, oracle_window, truth_ids
@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.time() - t0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
     try:
+        require_extra("seer-bench")
         report = bench(args.engines, args.checkpoint, settings, args.seed, progress)
         print(tables(report))
         if args.json:

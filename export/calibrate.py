@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from seer_trt.boundary import detect
-from seer_trt.cli import fail, save_figure
+from seer_trt.cli import fail, require_extra, save_figure
 from seer_trt.config import SeerConfig
 from seer_trt.errors import SeerError
 
@@ -207,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        require_extra("seer-calibrate")
         import torch
 
         from seer_export.fixture import TaskEncoder

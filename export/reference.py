@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seer_trt.cli import fail
+from seer_trt.cli import fail, require_extra
 from seer_trt.config import GenerationConfig, SeerConfig
 from seer_trt.errors import SeerError
 
@@ -176,6 +176,7 @@ def _one_prompt(model, enc, args, gen: GenerationConfig, detectors: dict[str, Se
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        require_extra("seer-reference")
         import torch
 
         from seer_export.fixture import TaskEncoder

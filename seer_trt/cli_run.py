@@ -1,20 +1,23 @@
 """``seer-run``: answer prompts with the Seer pipeline over an export folder (DESIGN §2).
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), one ``--prompt`` (with ``--image``) or ``--input FILE.jsonl``
-     (one request object per line: ``prompt``, optional ``image`` path, ``gen_length``, ``steps``,
-     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``seed``).
+     (one request object per line: ``prompt``, optional ``image`` path, ``system``, ``gen_length``, ``steps``,
+     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``seed``), UTF-8.
 Out: the answer text (or, with ``--json``, the whole result); with ``--input``, one JSON result per line in
-     ``--output`` (stdout by default), a failed request carrying its ``error``. Bad input: one line, exit 2.
+     ``--output`` (stdout by default), a failed request (bad JSON, not UTF-8, a bad field or image) carrying its
+     ``error`` while the others are answered. Exit status: 0 every request answered, 1 some failed (``--input``),
+     2 bad invocation or a failed ``--prompt`` (one line on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import sys
 from pathlib import Path
 
-from seer_trt.cli import Parser, fail
+from seer_trt.cli import Parser, fail, interrupted
 from seer_trt.errors import InputError, SeerError
 
 PROG = "seer-run"
@@ -44,20 +47,36 @@ def build_parser() -> argparse.ArgumentParser:
                     help="onnxruntime (default), or the TensorRT plans seer-build recorded")  # fmt: skip
     ap.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu (default), cuda, tensorrt")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: ONNX Runtime's default)")
+    ap.add_argument("--verify", action="store_true",
+                    help="check every graph file against the sha256 the export recorded before running")  # fmt: skip
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="TensorRT backends: replay CUDA graphs for calls at a static bucket shape")  # fmt: skip
     ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
     return ap
 
 
 def read_requests(path: Path, overrides: dict):
-    """Requests from a JSONL file; a line that is not a valid request becomes its error, the rest go on."""
+    """Requests from a JSONL file; a line that is not a valid request (not UTF-8, not JSON, a bad field) becomes its
+    error, the rest go on."""
     from seer_trt.pipeline import Request
 
     try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        if str(path) == "-":  # bytes, so a bad line fails alone (a text stream without a buffer: as given)
+            stdin = getattr(sys.stdin, "buffer", None)
+            data = stdin.read() if stdin is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+        else:
+            data = path.read_bytes()
     except OSError as err:
         raise InputError(f"cannot read --input {path} ({err.strerror}); pass a JSONL file") from None
+    data = data.removeprefix(codecs.BOM_UTF8)
     out: list[Request | str] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, raw in enumerate(data.splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            out.append(f"line {number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1}); write the "
+                       f"file as UTF-8")  # fmt: skip
+            continue
         if not line.strip():
             continue
         try:
@@ -81,14 +100,19 @@ def main(argv: list[str] | None = None) -> int:
                                        ("temperature", args.temperature)) if v is not None}  # fmt: skip
         if args.no_seer:
             overrides["seer"] = False
+        if args.input is not None and args.image is not None:
+            raise InputError("--image goes with --prompt; in --input, give each request an 'image' path")
+        pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
+                                          threads=args.threads, policy=args.policy, verify=args.verify,
+                                          cuda_graphs=args.cuda_graphs)  # fmt: skip
+        try:  # the flags on their own, before any request: --temperature nan, --steps past --gen-length
+            pipe.generation(Request("flags", **overrides))
+        except InputError as err:
+            raise InputError(f"{str(err).removeprefix('request settings: ')} (command-line flags)") from None
         if args.input is None:
             requests: list = [Request(args.prompt, args.image, **overrides)]
         else:
-            if args.image is not None:
-                raise InputError("--image goes with --prompt; in --input, give each request an 'image' path")
             requests = read_requests(args.input, overrides)
-        pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
-                                          threads=args.threads, policy=args.policy)  # fmt: skip
         valid = [r for r in requests if isinstance(r, Request)]
         answers = iter(pipe.generate(valid)) if valid else iter(())
         results = [next(answers) if isinstance(r, Request) else Result.failed(r) for r in requests]
@@ -107,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             tmp.replace(args.output)
         failed = sum(not r.ok for r in results)
         print(f"{PROG}: {len(results) - failed} answered, {failed} failed", file=sys.stderr)
-        return 0
+        return 1 if failed else 0
+    except KeyboardInterrupt as err:
+        return interrupted(PROG, err, args.verbose)
     except (SeerError, OSError) as err:
         return fail(PROG, err, args.verbose)
 

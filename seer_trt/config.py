@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,8 +100,13 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         for name in ("gen_length", "steps", "block_length"):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t):
+            raise ConfigError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+
         if self.gen_length % self.block_length:
             raise ConfigError(
                 f"gen_length {self.gen_length} is not a multiple of block_length {self.block_length}; "

@@ -6,6 +6,11 @@ found, the value expected, and the fix.
 
 from __future__ import annotations
 
+import re
+
+# "<_io.BytesIO object at 0x7f...>" and the like: meaningless to a client, and they leak addresses
+_OBJECT_REPR = re.compile(r"<[^<>]*? (?:object )?at 0x[0-9a-fA-F]+>")
+
 
 class SeerError(Exception):
     """Base class of every error a user of seer-trt can trigger."""
@@ -25,3 +30,9 @@ class CheckpointError(SeerError):
 
 class ManifestError(SeerError):
     """An export folder's ``manifest.json`` is missing, unreadable, or of a schema this version cannot read."""
+
+
+def describe(err: BaseException) -> str:
+    """``str(err)`` without object reprs, on one line: what an error message may quote from a library's error."""
+    text = _OBJECT_REPR.sub("<object>", str(err)).replace("\n", " ").strip()
+    return text or type(err).__name__

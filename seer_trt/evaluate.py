@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from seer_trt.cli import Parser, fail, git_sha, save_figure, write_json
+from seer_trt.cli import Parser, fail, git_sha, require_extra, save_figure, write_json
 from seer_trt.errors import ConfigError, SeerError
 from seer_trt.pipeline import Request, Result, SeerPipeline
 from seer_trt.tasks import Sample, make_samples, vocabulary
@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.n < 1:
             raise ConfigError(f"--n must be >= 1, got {args.n}")
+        if args.plot:  # before the work, not after it
+            require_extra("seer-eval --plot", ("matplotlib",))
         print(f"seer-eval: {args.n} prompts x {len(MODES)} modes ...", file=sys.stderr, flush=True)
         report = evaluate(args.engines, args.n, args.seed, args.gen_length)
         print(table(report["modes"], args.n, report["gen_length"]))

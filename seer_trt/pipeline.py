@@ -16,6 +16,8 @@ thread has its own bound buffers.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,14 +30,34 @@ from seer_trt.boundary import detect
 from seer_trt.config import GenerationConfig
 from seer_trt.denoise import Greedy, Sampled, denoise
 from seer_trt.dispatch import CostModel, DispatchPlan, plan_dispatch
-from seer_trt.embed import Image, PromptEmbeds, PromptEncoder
-from seer_trt.errors import InputError, SeerError
+from seer_trt.embed import Image, ImageLimits, PromptEmbeds, PromptEncoder
+from seer_trt.errors import InputError, SeerError, describe
 from seer_trt.layout import left_pad, packed_layout, padded_layout, window_layout
 from seer_trt.manifest import Manifest
 from seer_trt.schedule import plan_schedule, select_rows
 from seer_trt.step_zero import StepZeroOut, run_step_zero
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
+def check_text(name: str, value: Any) -> None:
+    """``value`` is a str that UTF-8 can encode.
+
+    Raises:
+        InputError: not a str, or a lone surrogate in it (invalid UTF-8 decoded with surrogateescape, as argv is,
+            or a broken ``\\ud800`` escape in JSON); the message shows it escaped.
+    """
+    if not isinstance(value, str):
+        raise InputError(f"{name} is a {type(value).__name__}; expected text")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InputError(f"{name} is not valid Unicode text: {value[err.start : err.end]!r} at character {err.start} "
+                         f"is a lone surrogate (invalid UTF-8 or a broken \\u escape); send UTF-8 text") from None  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +74,35 @@ class Request:
     seer: bool = True  # False: the padded baseline, every step over all N positions
     window: int | None = None  # cut the window to this many positions without step zero (the oracle: true length)
     seed: int = 0  # sampling noise of this request (temperature > 0 or random remasking)
+    system: str | None = None  # system message instead of the export's ("" for none); text, like the prompt
+
+    def __post_init__(self) -> None:
+        """Every field's type, so a malformed request fails alone with one line (``InputError``)."""
+        check_text("prompt", self.prompt)
+        if self.system is not None:
+            check_text("system", self.system)
+        if self.image is not None and not isinstance(self.image, str | Path | bytes | bytearray | np.ndarray):
+            raise InputError(f"image is a {type(self.image).__name__}; expected a file path, encoded bytes or an "
+                             f"[H, W, 3] uint8 array")  # fmt: skip
+        for name in ("gen_length", "steps", "block_length", "window"):
+            value = getattr(self, name)
+            if value is not None and not _is_int(value):
+                raise InputError(f"{name} is {value!r}; expected a whole number")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
+            raise InputError(f"seed is {self.seed!r}; expected a whole number in [0, 2**63)")
+        t = self.temperature
+        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t)):
+            raise InputError(f"temperature is {t!r}; expected a finite number >= 0 (0: greedy)")
+        if self.remasking is not None and not isinstance(self.remasking, str):
+            raise InputError(f"remasking is {self.remasking!r}; expected 'low_confidence' or 'random'")
+        if not isinstance(self.seer, bool | np.bool_):
+            raise InputError(f"seer is {self.seer!r}; expected true or false")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Request:
         """A request from a JSON object (JSONL input): ``prompt`` required, ``image`` a file path."""
         if not isinstance(data, Mapping) or not isinstance(data.get("prompt"), str):
-            raise InputError(f"a request must be a JSON object with a 'prompt' string, got {str(data)[:80]!r}")
+            raise InputError(f"a request must be a JSON object with a 'prompt' string, got {ascii(data)[:80]}")
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - fields)
         if unknown:
@@ -98,28 +143,49 @@ class SeerPipeline:
     """The Seer pipeline over one export and one backend."""
 
     def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = "hybrid",
-                 tau_pad: float = 0.2, short: int = 4) -> None:  # fmt: skip
+                 tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None) -> None:  # fmt: skip
+        """
+        Args:
+            image_limits: what an image may cost before it is decoded; None: the manifest's.
+        """
         self.folder = Path(folder)
         self.manifest = manifest
         self.backend = backend
-        self.encoder = PromptEncoder(folder, manifest, backend)
+        self.encoder = PromptEncoder(folder, manifest, backend, image_limits)
         self.policy = policy
         self.tau_pad = tau_pad
         self.short = short
         self.cost: CostModel | None = None
-        plan_dispatch([], [], [], manifest.buckets, policy, tau_pad, short, CostModel(0, 0, 0))  # validates
+        # the shapes calls are padded to: the built profiles' buckets on TensorRT, the manifest's otherwise
+        self.buckets = backend.buckets() or manifest.buckets
+        plan_dispatch([], [], [], self.buckets, policy, tau_pad, short, CostModel(0, 0, 0))  # validates
 
     @classmethod
     def from_manifest(cls, folder: str | Path, backend: str = "onnxruntime", provider: str = "cpu",
-                      threads: int = 0, **options: Any) -> SeerPipeline:  # fmt: skip
+                      threads: int = 0, verify: bool = False, cuda_graphs: bool = False,
+                      **options: Any) -> SeerPipeline:  # fmt: skip
         """Open an export folder.
 
+        Args:
+            backend: "onnxruntime", "tensorrt" or "tensorrt-rtx".
+            provider: ONNX Runtime's provider ("cpu", "cuda", "tensorrt").
+            threads: ONNX Runtime intra-op threads (0: its default).
+            verify: check every graph file against the sha256 the export recorded before opening it.
+            cuda_graphs: TensorRT: replay CUDA graphs for calls at a static bucket shape.
+            options: ``SeerPipeline`` options (policy, tau_pad, short, image_limits).
+
         Raises:
-            ManifestError: no manifest, a corrupt one, an unsupported schema, a graph file missing.
+            ManifestError: no manifest, a corrupt one, an unsupported schema, a graph file missing or (``verify``)
+                not the exported one.
             ConfigError: an unknown backend or provider, or a provider ONNX Runtime does not offer.
         """
         manifest = Manifest.read(folder)
-        return cls(folder, manifest, open_backend(folder, manifest, backend, provider, threads), **options)
+        if verify:
+            from seer_trt.integrity import verify as verify_files
+
+            verify_files(folder, manifest)
+        opened = open_backend(folder, manifest, backend, provider, threads, cuda_graphs=cuda_graphs)
+        return cls(folder, manifest, opened, **options)
 
     def generation(self, request: Request) -> GenerationConfig:
         """The request's settings: its overrides over the export's defaults."""
@@ -129,12 +195,16 @@ class SeerPipeline:
         if "gen_length" in changes:  # a new window keeps the default's shape: one block, one step per token
             n = changes["gen_length"]
             changes.setdefault("block_length", n if base.block_length == base.gen_length else base.block_length)
-            changes.setdefault("steps", n * base.steps // base.gen_length)
+            changes.setdefault("steps", max(1, n * base.steps // base.gen_length))
         try:
             gen = dataclasses.replace(base, **changes)
         except (ValueError, TypeError) as err:
             raise InputError(f"request settings: {err}") from None
-        largest = self.manifest.buckets.answer[-1]
+        if gen.steps > gen.gen_length:  # the schedule allows it (upstream does), but those steps would commit nothing
+            raise InputError(f"steps {gen.steps} exceeds gen_length {gen.gen_length}: a step commits at least one "
+                             f"token, so the steps past {gen.gen_length} would only repeat the model for nothing; pass "
+                             f"steps <= gen_length")  # fmt: skip
+        largest = self.buckets.answer[-1]
         if gen.gen_length > largest:
             raise InputError(f"gen_length {gen.gen_length} exceeds the largest answer bucket {largest}; ask for "
                              f"<= {largest} or re-export with larger buckets")  # fmt: skip
@@ -153,8 +223,8 @@ class SeerPipeline:
             raise InputError(f"window {request.window} must lie in [1, gen_length {gen.gen_length}]")
         if gen.temperature > 0 or gen.remasking != "low_confidence":
             self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
-        prompt = self.encoder.encode(request.prompt, request.image)
-        largest = self.manifest.buckets.prompt[-1]
+        prompt = self.encoder.encode(request.prompt, request.image, request.system)
+        largest = self.buckets.prompt[-1]
         if len(prompt.embeds) > largest:
             raise InputError(
                 f"the prompt takes {len(prompt.embeds)} embeddings (text and image features), more than the largest "
@@ -171,15 +241,20 @@ class SeerPipeline:
         """``generate``, also returning the dispatch plans (one per group of requests with equal settings)."""
         if isinstance(requests, Request | str):
             requests = [requests]
-        requests = [Request(r) if isinstance(r, str) else r for r in requests]
+        requests = list(requests)
         results: list[Result | None] = [None] * len(requests)
         ready: dict[tuple, list[tuple[int, PromptEmbeds, float]]] = {}
         for i, request in enumerate(requests):
             start = time.perf_counter()
             try:
+                requests[i] = request = Request(request) if isinstance(request, str) else request
                 gen, prompt = self.prepare(request)
             except SeerError as err:
                 results[i] = Result.failed(str(err))
+                continue
+            except Exception as err:  # noqa: BLE001 - whatever this one request's input set off, it fails alone
+                results[i] = Result.failed(f"this request could not be prepared ({type(err).__name__}: "
+                                           f"{describe(err)}); the others are unaffected")  # fmt: skip
                 continue
             mode = "window" if request.window is not None else "seer" if request.seer else "full"
             ready.setdefault((gen, mode), []).append((i, prompt, time.perf_counter() - start))
@@ -220,7 +295,7 @@ class SeerPipeline:
             self.calibrate_costs()
         t0 = time.perf_counter()
         schedule = plan_schedule(gen, kept)
-        plan = plan_dispatch([len(e) for e in embeds], kept, schedule.steps, self.manifest.buckets, policy,
+        plan = plan_dispatch([len(e) for e in embeds], kept, schedule.steps, self.buckets, policy,
                              self.tau_pad, self.short, self.cost, self.backend.max_shape("denoise"))  # fmt: skip
         clock["dispatch"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -247,7 +322,7 @@ class SeerPipeline:
 
     def _step_zero(self, embeds: list[np.ndarray], n: int) -> StepZeroOut:
         """Step zero for every row, in calls of at most the largest batch bucket."""
-        size = self.manifest.buckets.batch[-1]
+        size = self.buckets.batch[-1]
         parts = []
         for start in range(0, len(embeds), size):
             prefix, valid = left_pad(embeds[start : start + size])

@@ -15,16 +15,17 @@ A request may carry several rows (a leading batch axis); its answers come back i
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from seer_trt.backend import axis_sizes
-from seer_trt.errors import InputError, ManifestError, SeerError
-from seer_trt.graphs import GraphSpec
+from seer_trt.errors import InputError, ManifestError, SeerError, describe
+from seer_trt.graphs import GraphSpec, LengthBuckets
 from seer_trt.manifest import Manifest
+from seer_trt.profiles import max_sizes
 from seer_trt.triton.pbtxt import TensorConfig
 
 # The orchestrator's contract with clients; every tensor has a leading batch axis (rows), not listed in dims.
@@ -42,6 +43,7 @@ RESPONSE_OUTPUTS = (
     TensorConfig("denoise_steps", "TYPE_INT32", (1,)),  # denoising steps used
 )
 PAD_ID = -1  # fills token_ids rows shorter than the request's longest
+ENGINE_BUILDER = "tensorrt"  # the build whose plans Triton's TensorRT backend serves (the manifest's builds key)
 
 
 class ServingError(SeerError):
@@ -53,16 +55,22 @@ class BlsBackend:
 
     name = "triton-bls"
 
-    def __init__(self, pb: Any, manifest: Manifest, models: Mapping[str, str]) -> None:
+    def __init__(self, pb: Any, manifest: Manifest, models: Mapping[str, str], plans: Sequence[str] = ()) -> None:
         """
         Args:
             pb: the ``triton_python_backend_utils`` module.
-            manifest: the export's manifest (graph contracts).
+            manifest: the export's manifest (graph contracts, and the TensorRT build's profiles).
             models: graph name -> component model name.
+            plans: graphs served as TensorRT plans (``tensorrt_plan`` models): their calls must fit the profiles
+                the manifest's ``builds["tensorrt"]`` records.
         """
         self.pb = pb
         self.manifest = manifest
         self.models = dict(models)
+        build = manifest.builds.get(ENGINE_BUILDER)
+        served = [g for g in plans if build is not None and g in build.engines]
+        self.limits = {g: max_sizes(build.engines[g].profiles) for g in served}
+        self._buckets = build.buckets if served else None
         self.memory = {}  # outputs in host memory even from GPU models: the pipeline works on numpy arrays
         if hasattr(pb, "PreferredMemory"):
             self.memory["preferred_memory"] = pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0)
@@ -71,7 +79,11 @@ class BlsBackend:
         return self.manifest.graph(graph).spec
 
     def max_shape(self, graph: str) -> dict[str, int] | None:
-        return None
+        """The largest sizes of a plan-served graph's profiles (packed calls are split to fit); None otherwise."""
+        return self.limits.get(graph)
+
+    def buckets(self) -> LengthBuckets | None:
+        return self._buckets
 
     def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         spec = self.spec(graph)
@@ -109,7 +121,7 @@ class Model:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"] / params["export"]
         manifest = Manifest.read(folder)
-        backend = BlsBackend(pb, manifest, json.loads(params["components"]))
+        backend = BlsBackend(pb, manifest, json.loads(params["components"]), json.loads(params.get("plans", "[]")))
         self.pb = pb
         self.pipeline = SeerPipeline(folder, manifest, backend, policy=params["policy"])
 
@@ -119,13 +131,10 @@ class Model:
         for request in requests:
             try:
                 rows.append(read_request(pb, request))
-            except InputError as err:
-                rows.append(str(err))
+            except Exception as err:  # noqa: BLE001 - any failure of one request is that request's error
+                rows.append(message(err))
         flat = [r for group in rows if isinstance(group, list) for r in group]
-        try:
-            results = iter(self.pipeline.generate(flat) if flat else [])
-        except SeerError as err:  # a component failed: every request of this batch fails with it
-            return [pb.InferenceResponse(error=pb.TritonError(str(err))) for _ in requests]
+        results = iter(self.answer(flat))
         responses = []
         for group in rows:
             if isinstance(group, str):
@@ -141,8 +150,33 @@ class Model:
             responses.append(pb.InferenceResponse(write_outputs(pb, answers)))
         return responses
 
+    def answer(self, flat: list) -> list:
+        """One ``Result`` per pipeline request. The batch runs together; if it fails as a whole (a component
+        failed on a shape one request brought), each request runs alone, so only the ones that fail get an error."""
+        from seer_trt.pipeline import Result
+
+        if not flat:
+            return []
+        try:
+            return self.pipeline.generate(flat)
+        except Exception as err:  # noqa: BLE001 - which request caused it is found below
+            if len(flat) == 1:
+                return [Result.failed(message(err))]
+        out = []
+        for request in flat:
+            try:
+                out.append(self.pipeline.generate([request])[0])
+            except Exception as err:  # noqa: BLE001 - this request's failure, and only its
+                out.append(Result.failed(message(err)))
+        return out
+
     def finalize(self) -> None:
         self.pipeline.close()
+
+
+def message(err: BaseException) -> str:
+    """A client's one-line error: our own errors as they are, anything else named by type, no object reprs."""
+    return describe(err) if isinstance(err, SeerError) else f"{type(err).__name__}: {describe(err)}"
 
 
 def read_request(pb: Any, request: Any) -> list:
@@ -171,21 +205,29 @@ def read_request(pb: Any, request: Any) -> list:
     images, lengths, steps, seer = (column(n) for n in ("image", "gen_length", "steps", "seer"))
     out = []
     for i, prompt in enumerate(prompts):
+        where = f"row {i}: " if rows > 1 else ""
+        if not isinstance(prompt, bytes):
+            raise InputError(f"{where}prompt is a {type(prompt).__name__}; send the question as BYTES (UTF-8 text)")
         try:
-            text = prompt.decode("utf-8") if isinstance(prompt, bytes) else str(prompt)
+            text = prompt.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise InputError(
-                f"prompt of row {i} is not UTF-8 ({err.reason}); send the question as UTF-8 text"
-            ) from None
-        out.append(
-            Request(
-                text,
-                image=images[i] if images and images[i] else None,
-                gen_length=int(lengths[i]) if lengths and lengths[i] else None,
-                steps=int(steps[i]) if steps and steps[i] else None,
-                seer=bool(seer[i]) if seer is not None else True,
+            raise InputError(f"{where}prompt is not UTF-8 ({err.reason} at byte {err.start}); send UTF-8 "
+                             f"text") from None  # fmt: skip
+        image = images[i] if images else None
+        if image is not None and not isinstance(image, bytes):
+            raise InputError(f"{where}image is a {type(image).__name__}; send the encoded PNG/JPEG file as BYTES")
+        try:
+            out.append(
+                Request(
+                    text,
+                    image=image or None,  # an empty image: none
+                    gen_length=int(lengths[i]) if lengths and lengths[i] else None,
+                    steps=int(steps[i]) if steps and steps[i] else None,
+                    seer=bool(seer[i]) if seer is not None else True,
+                )
             )
-        )
+        except InputError as err:
+            raise InputError(f"{where}{err}") from None
     return out
 
 
