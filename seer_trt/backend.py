@@ -4,25 +4,28 @@ In:  an export folder and its ``Manifest``; per call a graph name and a feed dic
 Out: the graph's outputs by name, as numpy arrays.
 
 Every backend offers the same small interface (``Backend``), so the pipeline, the router and the Triton model
-never know which one runs: ``run(graph, feeds)``, ``spec(graph)`` (names, dtypes, axes from the manifest) and
-``max_shape(graph)`` (the largest lengths it accepts). ``OrtBackend`` is ONNX Runtime: the CPU execution provider
-by default, CUDA or TensorRT on request; a requested provider that ONNX Runtime does not actually use is an
-error, never a silent CPU fallback. It binds outputs to buffers allocated once per (graph, shape), per thread,
-so a loop over a static bucket allocates nothing per step; sessions are shared between threads (ONNX Runtime's
+never know which one runs: ``run(graph, feeds)``, ``spec(graph)`` (names, dtypes, axes from the manifest),
+``max_shape(graph)`` (the largest lengths it accepts) and ``buckets()`` (the shapes its engines were built for).
+``OrtBackend`` is ONNX Runtime: the CPU execution provider by default, CUDA or TensorRT on request; a requested
+provider that ONNX Runtime does not actually use is an error, never a silent CPU fallback. It binds outputs to
+buffers allocated once per (graph, shape), per thread, so a loop over a static bucket allocates nothing per
+step; those bindings are kept least recently used first out within ``cache_bytes`` of outputs per thread, so a
+long-running server that sees every length stays bounded. Sessions are shared between threads (ONNX Runtime's
 ``run`` is thread-safe), bindings are not.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from seer_trt.errors import ConfigError, ManifestError
-from seer_trt.graphs import GraphSpec
+from seer_trt.graphs import GraphSpec, LengthBuckets
 from seer_trt.manifest import Manifest
 
 PROVIDERS = {  # --provider value -> ONNX Runtime execution provider
@@ -30,6 +33,7 @@ PROVIDERS = {  # --provider value -> ONNX Runtime execution provider
     "cuda": "CUDAExecutionProvider",
     "tensorrt": "TensorrtExecutionProvider",
 }
+BINDING_CACHE_BYTES = 512 * 2**20  # output bytes of bindings kept per thread: every bucket of a fixture, a few at 8B
 ONNX_TYPES = {  # ONNX Runtime's type strings -> manifest dtypes
     "tensor(float)": "float32",
     "tensor(float16)": "float16",
@@ -56,26 +60,36 @@ class Backend(Protocol):
         """The largest size per dynamic axis the graph accepts (engine profiles); None: any size."""
         ...
 
+    def buckets(self) -> LengthBuckets | None:
+        """The bucket sizes its engines' profiles were built for, which calls are padded to; None: the manifest's."""
+        ...
+
     def close(self) -> None: ...
 
 
 class OrtBackend:
     """ONNX Runtime over an export folder; sessions open on first use of each graph."""
 
-    def __init__(self, folder: str | Path, manifest: Manifest, provider: str = "cpu", threads: int = 0) -> None:
+    def __init__(self, folder: str | Path, manifest: Manifest, provider: str = "cpu", threads: int = 0,
+                 cache_bytes: int = BINDING_CACHE_BYTES) -> None:  # fmt: skip
         """
         Args:
             folder: the export folder (``manifest.json`` and the graphs).
             manifest: its manifest.
             provider: "cpu", "cuda" or "tensorrt".
             threads: intra-op threads per session, 0 for ONNX Runtime's default.
+            cache_bytes: output bytes of the bindings kept per thread (the most recent one is always kept).
 
         Raises:
-            ConfigError: an unknown provider, or one this ONNX Runtime build does not offer.
+            ConfigError: an unknown provider, or one this ONNX Runtime build does not offer; negative threads.
             ManifestError: a graph file the manifest names is missing.
         """
         import onnxruntime as ort
 
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise ConfigError(f"threads is {threads!r}; expected a whole number >= 0 (0: ONNX Runtime's default)")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ConfigError(f"cache_bytes is {cache_bytes!r}; expected a whole number of bytes >= 0")
         if provider not in PROVIDERS:
             raise ConfigError(f"unknown provider {provider!r}; choose from {sorted(PROVIDERS)}")
         self.provider = PROVIDERS[provider]
@@ -89,6 +103,7 @@ class OrtBackend:
         self.folder = Path(folder)
         self.manifest = manifest
         self.threads = threads
+        self.cache_bytes = cache_bytes
         for name, entry in manifest.graphs.items():
             if not (self.folder / entry.file).is_file():
                 raise ManifestError(
@@ -96,7 +111,7 @@ class OrtBackend:
                 )
         self._sessions: dict[str, object] = {}
         self._lock = threading.Lock()
-        self._local = threading.local()  # per thread: {(graph, shapes): (binding, outputs)}
+        self._local = threading.local()  # per thread: a BindingCache
 
     def _session(self, graph: str):
         with self._lock:
@@ -131,13 +146,20 @@ class OrtBackend:
     def max_shape(self, graph: str) -> dict[str, int] | None:
         return None
 
+    def buckets(self) -> LengthBuckets | None:
+        return None
+
+    def bindings(self) -> BindingCache:
+        """This thread's bindings."""
+        cache = self._local.__dict__.get("bindings")
+        if cache is None:
+            cache = self._local.bindings = BindingCache(self.cache_bytes)
+        return cache
+
     def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         sess = self._session(graph)
-        key = (graph, tuple((k, v.shape) for k, v in feeds.items()))
-        cache = self._local.__dict__.setdefault("bindings", {})
-        if key not in cache:
-            cache[key] = self._bind(sess, graph, feeds)
-        binding, outputs = cache[key]
+        key = (graph, tuple((k, np.shape(v)) for k, v in feeds.items()))
+        binding, outputs = self.bindings().get(key, lambda: self._bind(sess, graph, feeds))
         for name, value in feeds.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(value))
         sess.run_with_iobinding(binding)
@@ -161,6 +183,31 @@ class OrtBackend:
         with self._lock:
             self._sessions.clear()
         self._local = threading.local()
+
+
+class BindingCache:
+    """One thread's IOBindings and their output arrays by (graph, feed shapes), least recently used first out once
+    their outputs pass ``max_bytes`` (the most recent entry always stays: it is the call being made)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[tuple, tuple[object, dict[str, np.ndarray], int]] = OrderedDict()
+        self.nbytes = 0  # output bytes held
+
+    def get(self, key: tuple, make: Callable[[], tuple[object, dict[str, np.ndarray]]]):
+        """(binding, outputs) of ``key``, made by ``make`` on a miss."""
+        if key in self.entries:
+            self.entries.move_to_end(key)
+        else:
+            binding, outputs = make()
+            size = sum(a.nbytes for a in outputs.values())
+            self.entries[key] = (binding, outputs, size)
+            self.nbytes += size
+            while self.nbytes > self.max_bytes and len(self.entries) > 1:
+                _, (_, _, dropped) = self.entries.popitem(last=False)
+                self.nbytes -= dropped
+        binding, outputs, _ = self.entries[key]
+        return binding, outputs
 
 
 def axis_sizes(spec: GraphSpec, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
@@ -202,13 +249,17 @@ def check_io(graph: str, spec: GraphSpec, sess) -> None:
 
 
 def open_backend(folder: str | Path, manifest: Manifest, backend: str = "onnxruntime", provider: str = "cpu",
-                 threads: int = 0) -> Backend:  # fmt: skip
+                 threads: int = 0, cuda_graphs: bool = False) -> Backend:  # fmt: skip
     """The backend named ``backend`` over an export folder: "onnxruntime" (``provider``, ``threads``), or
-    "tensorrt" / "tensorrt-rtx" (the plans ``seer-build`` recorded in the manifest)."""
+    "tensorrt" / "tensorrt-rtx" (the plans ``seer-build`` recorded in the manifest; ``cuda_graphs``: replay CUDA
+    graphs at static bucket shapes)."""
     if backend == "onnxruntime":
+        if cuda_graphs:
+            raise ConfigError("CUDA-graph replay is an option of the TensorRT backends; drop it, or pass --backend "
+                              "tensorrt")  # fmt: skip
         return OrtBackend(folder, manifest, provider, threads)
     if backend in ("tensorrt", "tensorrt-rtx"):
         from seer_trt.trt_backend import TrtBackend  # imports tensorrt only when it opens
 
-        return TrtBackend(folder, manifest, backend)
+        return TrtBackend(folder, manifest, backend, cuda_graphs=cuda_graphs)
     raise ConfigError(f"unknown backend {backend!r}; choose 'onnxruntime', 'tensorrt' or 'tensorrt-rtx'")

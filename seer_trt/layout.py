@@ -42,7 +42,7 @@ def left_pad(prompts: list[np.ndarray], length: int | None = None) -> tuple[np.n
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """One group's rows in one graph call; fixed for the whole denoising loop."""
+    """One group's rows in one graph call; fixed (and read-only) for the whole denoising loop."""
 
     prefix_embeds: np.ndarray  # [b, p, D]
     segment_ids: np.ndarray  # [b, p + g] int32
@@ -64,6 +64,16 @@ class Layout:
         return out
 
 
+def _frozen(layout: Layout) -> Layout:
+    """The layout with its graph inputs read-only: the same array object then means the same values, so a backend
+    may keep them on the device for the whole loop (``seer_trt.trt_backend.frozen``)."""
+    for array in (layout.prefix_embeds, layout.segment_ids, layout.position_ids):
+        while isinstance(array, np.ndarray):  # a view ([None]) and the array it views, both made here
+            array.setflags(write=False)
+            array = array.base
+    return layout
+
+
 def _live(kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, position) of every kept answer cell, row-major."""
     rows = np.repeat(np.arange(len(kept)), kept)
@@ -77,7 +87,7 @@ def padded_layout(prompts: list[np.ndarray], kept: np.ndarray, prompt_len: int, 
     prefix, valid = left_pad(prompts, prompt_len)
     segment_ids, position_ids = window_layout(valid, kept, gen_len)
     live = _live(kept)
-    return Layout(prefix, segment_ids, position_ids, (len(prompts), gen_len), live, live)
+    return _frozen(Layout(prefix, segment_ids, position_ids, (len(prompts), gen_len), live, live))
 
 
 def packed_layout(prompts: list[np.ndarray], kept: np.ndarray) -> Layout:
@@ -93,4 +103,4 @@ def packed_layout(prompts: list[np.ndarray], kept: np.ndarray) -> Layout:
     segment_ids = np.concatenate([seg_prompt, seg_answer]).astype(np.int32)[None]
     position_ids = np.concatenate([pos_prompt, pos_answer]).astype(np.int64)[None]
     slot = (np.zeros(len(rows), dtype=np.int64), np.arange(len(rows)))
-    return Layout(prefix, segment_ids, position_ids, (1, int(kept.sum())), (rows, positions), slot)
+    return _frozen(Layout(prefix, segment_ids, position_ids, (1, int(kept.sum())), (rows, positions), slot))

@@ -6,11 +6,17 @@ Out: the ``Backend`` interface of ``seer_trt.backend``, so the pipeline, the rou
      unchanged on it: ``run`` returns the graph's outputs by name as numpy arrays.
 
     feeds ─► axis sizes ─► nearest covering profile (seer_trt.profiles) ─► that profile's execution context
-          ─► inputs copied into its device buffers ─► execute (or replay the CUDA graph of a static bucket)
-          ─► outputs copied into this thread's host arrays
+          ─► a buffer set of the engine's pool ─► inputs staged in page-locked memory and copied to the device
+             (a frozen loop-invariant input already there is not copied again) ─► execute (or replay the CUDA
+             graph of a static bucket) ─► outputs copied into this thread's host arrays
 
 TensorRT binds a profile to one live execution context (§11), so each profile gets its own context, created on
-first use with device buffers for its largest shapes, allocated once. Plans are valid only under the TensorRT
+first use. Device buffers are per engine, not per profile: one set at each tensor's largest shape over all
+profiles, plus one more only while calls run at once; a profile's context points at whichever set its call
+takes. The denoising loop feeds the same ``prefix_embeds``, ``segment_ids`` and ``position_ids`` arrays at
+every step (``seer_trt.layout`` makes them read-only), so they cross to the device once per group and only
+``gen_ids`` per step. The dispatcher's buckets are the ones the plans' profiles were built for (``buckets``).
+Plans are valid only under the TensorRT
 version and on the GPU they were built for: both are compared with the manifest's record before any plan is
 read, and a mismatch is one error naming the rebuild command. ``tensorrt`` (or ``tensorrt_rtx``) is imported
 only when a backend opens; CUDA is reached through the driver library (``libcuda.so.1``) with ctypes, so the
@@ -31,7 +37,7 @@ import numpy as np
 
 from seer_trt.backend import axis_sizes
 from seer_trt.errors import ConfigError, SeerError
-from seer_trt.graphs import GraphSpec
+from seer_trt.graphs import GraphSpec, LengthBuckets
 from seer_trt.manifest import EngineBuild, Manifest
 from seer_trt.profiles import Profile, max_sizes, select_profile
 
@@ -170,6 +176,19 @@ class _Cuda:
         self.check(self.lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(max(nbytes, 1))), "cuMemAlloc")
         return ptr.value
 
+    def host_alloc(self, nbytes: int, dtype: np.dtype) -> np.ndarray:
+        """A flat array in page-locked host memory: copies from it to the device are DMA, truly asynchronous."""
+        ptr = ctypes.c_void_p()
+        self.check(self.lib.cuMemHostAlloc(ctypes.byref(ptr), ctypes.c_size_t(max(nbytes, 1)), 0), "cuMemHostAlloc")
+        raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr.value)
+        return np.frombuffer(raw, dtype=np.uint8)[:nbytes].view(dtype)
+
+    def free(self, device: Mapping[str, int], host: Mapping[str, np.ndarray]) -> None:
+        for ptr in device.values():
+            self.lib.cuMemFree_v2(ctypes.c_uint64(ptr))
+        for array in host.values():
+            self.lib.cuMemFreeHost(ctypes.c_void_p(array.ctypes.data))
+
     def to_device(self, ptr: int, array: np.ndarray, stream: ctypes.c_void_p) -> None:
         self.check(self.lib.cuMemcpyHtoDAsync_v2(ctypes.c_uint64(ptr), ctypes.c_void_p(array.ctypes.data),
                                                  ctypes.c_size_t(array.nbytes), stream), "cuMemcpyHtoDAsync")  # fmt: skip
@@ -203,36 +222,69 @@ class _Cuda:
     def launch(self, exe: ctypes.c_void_p, stream: ctypes.c_void_p) -> None:
         self.check(self.lib.cuGraphLaunch(exe, stream), "cuGraphLaunch")
 
-    def release(self, buffers: Mapping[str, int], stream: ctypes.c_void_p, graph: ctypes.c_void_p | None) -> None:
-        """Free one context's device buffers, CUDA graph and stream."""
+    def drop_graph(self, exe: ctypes.c_void_p) -> None:
+        self.lib.cuGraphExecDestroy(exe)
+
+    def release(self, stream: ctypes.c_void_p, graph: ctypes.c_void_p | None) -> None:
+        """Free one context's CUDA graph and stream."""
         self.lib.cuStreamSynchronize(stream)
         if graph is not None:
             self.lib.cuGraphExecDestroy(graph)
-        for ptr in buffers.values():
-            self.lib.cuMemFree_v2(ctypes.c_uint64(ptr))
         self.lib.cuStreamDestroy_v2(stream)
+
+
+def frozen(array: np.ndarray) -> bool:
+    """True when nothing can change ``array``'s contents: it and the array it views are read-only.
+
+    The pipeline's layouts (``seer_trt.layout``) freeze their loop-invariant inputs, so a step that passes the same
+    array object again passes the same values, and its device copy is still good.
+    """
+    base = array
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return True
+
+
+@dataclasses.dataclass
+class _Buffers:
+    """One set of an engine's I/O buffers, at each tensor's largest shape over all the engine's profiles: device
+    memory, and page-locked host staging for the inputs."""
+
+    device: dict[str, int]  # tensor name -> device pointer
+    staging: dict[str, np.ndarray]  # input name -> flat page-locked array, the source of its host-to-device copy
+    uploaded: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # input -> the frozen array on device
 
 
 @dataclasses.dataclass
 class _Context:
-    """One profile's execution context: its stream and device buffers (allocated once, at the profile's largest
-    shapes), and at most one CUDA graph, of the static shape it last ran."""
+    """One profile's execution context: its stream, the buffer set its tensor addresses point at, and at most one
+    CUDA graph, of the static shape it last ran."""
 
     context: Any  # tensorrt.IExecutionContext bound to this profile
     stream: ctypes.c_void_p  # its own stream: a capture records only this context's work
-    buffers: dict[str, int]  # tensor name -> device pointer
     lock: threading.Lock  # a context runs one call at a time
     shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # input shapes last set
-    graph_key: tuple | None = None  # the input shapes ``graph`` was captured at
+    bound: _Buffers | None = None  # the buffer set the context's tensor addresses are set to
+    graph_key: tuple | None = None  # the input shapes ``graph`` was captured at (with ``bound``'s addresses)
     graph: ctypes.c_void_p | None = None  # instantiated CUDA graph of one execution at ``graph_key``
     capturable: bool = True  # False once TensorRT could not be captured for this engine
 
 
 @dataclasses.dataclass
 class _Engine:
+    """One plan: its contexts (one per profile) and its buffer pool. Contexts of different profiles share the
+    pool, so memory is one buffer set per call running at once, not one per profile."""
+
     engine: Any  # tensorrt.ICudaEngine
     profiles: tuple[Profile, ...]  # as recorded by seer-build, in profile-index order
+    sizes: dict[str, tuple[int, np.dtype]]  # tensor -> (elements at its largest shape over the profiles, dtype)
+    inputs: frozenset[str]  # which of them are inputs (staged through page-locked memory)
     contexts: dict[int, _Context] = dataclasses.field(default_factory=dict)  # profile index -> its context
+    free: list[_Buffers] = dataclasses.field(default_factory=list)  # buffer sets no call is using
+    pool: list[_Buffers] = dataclasses.field(default_factory=list)  # every buffer set allocated
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
 class TrtBackend:
@@ -246,7 +298,7 @@ class TrtBackend:
             manifest: its manifest.
             builder: whose plans: "tensorrt" (any CUDA GPU) or "tensorrt-rtx" (RTX GPUs).
             cuda_graphs: replay a captured CUDA graph for calls at a static bucket shape (prompt and answer sizes
-                both buckets of the manifest, as the dispatcher's static path makes them).
+                both buckets of the build, as the dispatcher's static path makes them).
             device: CUDA device index.
 
         Raises:
@@ -270,6 +322,7 @@ class TrtBackend:
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.runtime = trt.Runtime(self.logger)
         self.cuda = _Cuda(device)
+        self._buckets = self.record.buckets or buckets_of(self.record)
         self._engines: dict[str, _Engine] = {}
         self._lock = threading.Lock()
         self._local = threading.local()  # per thread: {(graph, profile): {output: host array at the largest shape}}
@@ -282,32 +335,44 @@ class TrtBackend:
     def max_shape(self, graph: str) -> dict[str, int] | None:
         return max_sizes(self._entry(graph).profiles)
 
+    def buckets(self) -> LengthBuckets:
+        """The buckets the plans' profiles were planned from (``seer-build --profiles`` included)."""
+        return self._buckets
+
     def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         spec = self.spec(graph)
         sizes = axis_sizes(spec, feeds)
         engine = self._engine(graph)
         index = select_profile(engine.profiles, sizes, graph)
         ctx = self._context(graph, engine, index)
-        outputs = self._outputs(graph, spec, engine.profiles[index], index)
-        static = all(sizes.get(a) in getattr(self.manifest.buckets, a) for a in WINDOW_AXES)
+        outputs = self._outputs(graph, spec, engine)
+        static = all(sizes.get(a) in getattr(self._buckets, a) for a in WINDOW_AXES)
         with ctx.lock:
-            self.cuda.make_current()
-            for t in spec.inputs:
-                value = np.ascontiguousarray(feeds[t.name])
-                if value.dtype != np.dtype(t.dtype):
-                    raise ConfigError(f"graph {graph!r}: input {t.name} is {value.dtype}, expected {t.dtype}")
-                if ctx.shapes.get(t.name) != value.shape:
-                    ctx.context.set_input_shape(t.name, value.shape)
-                    ctx.shapes[t.name] = value.shape
-                self.cuda.to_device(ctx.buffers[t.name], value, ctx.stream)
-            self._execute(ctx, graph, tuple(ctx.shapes[t.name] for t in spec.inputs) if static else None)
-            result = {}
-            for t in spec.outputs:
-                shape = tuple(sizes[a] if isinstance(a, str) else a for a in t.shape)
-                view = outputs[t.name][: int(np.prod(shape))].reshape(shape)
-                self.cuda.to_host(view, ctx.buffers[t.name], ctx.stream)
-                result[t.name] = view
-            self.cuda.sync(ctx.stream)
+            buffers = self._acquire(engine)
+            try:
+                self.cuda.make_current()
+                if ctx.bound is not buffers:  # another set of the pool: point the context at it
+                    for name, ptr in buffers.device.items():
+                        ctx.context.set_tensor_address(name, ptr)
+                    ctx.bound = buffers
+                    self._drop_graph(ctx)
+                for t in spec.inputs:
+                    value = np.ascontiguousarray(feeds[t.name])
+                    if value.dtype != np.dtype(t.dtype):
+                        raise ConfigError(f"graph {graph!r}: input {t.name} is {value.dtype}, expected {t.dtype}")
+                    self._set_shape(ctx, graph, t.name, value.shape, index, engine.profiles[index])
+                    self._upload(buffers, t.name, value, ctx.stream)
+                self._execute(ctx, graph, tuple(ctx.shapes[t.name] for t in spec.inputs) if static else None)
+                result = {}
+                for t in spec.outputs:
+                    shape = tuple(sizes[a] if isinstance(a, str) else a for a in t.shape)
+                    view = outputs[t.name][: int(np.prod(shape))].reshape(shape)
+                    self.cuda.to_host(view, buffers.device[t.name], ctx.stream)
+                    result[t.name] = view
+                self.cuda.sync(ctx.stream)
+            finally:
+                with engine.lock:
+                    engine.free.append(buffers)
         return result
 
     def close(self) -> None:
@@ -317,8 +382,12 @@ class TrtBackend:
             for engine in self._engines.values():
                 for ctx in engine.contexts.values():
                     with ctx.lock:
-                        self.cuda.release(ctx.buffers, ctx.stream, ctx.graph)
+                        self.cuda.release(ctx.stream, ctx.graph)
                 engine.contexts.clear()  # contexts go before their engine (TensorRT's order)
+                for buffers in engine.pool:
+                    self.cuda.free(buffers.device, buffers.staging)
+                engine.pool.clear()
+                engine.free.clear()
             self._engines.clear()
         self._local = threading.local()
 
@@ -341,7 +410,10 @@ class TrtBackend:
                     raise EngineError(f"graph {graph!r}: {self.folder / entry.file} does not deserialize (TensorRT "
                                       f"logged why); rebuild with `{rebuild_command(self.folder, self.name)}`")  # fmt: skip
                 self._check_io(graph, engine, len(entry.profiles))
-                self._engines[graph] = _Engine(engine, entry.profiles)
+                spec = self.spec(graph)
+                sizes = {t.name: (largest(t.shape, entry.profiles), np.dtype(t.dtype)) for t in (*spec.inputs,
+                                                                                              *spec.outputs)}  # fmt: skip
+                self._engines[graph] = _Engine(engine, entry.profiles, sizes, frozenset(t.name for t in spec.inputs))
             return self._engines[graph]
 
     def _check_io(self, graph: str, engine, profiles: int) -> None:
@@ -371,34 +443,72 @@ class TrtBackend:
                                       f"memory?); close other GPU work or build fewer profiles")  # fmt: skip
                 stream = self.cuda.new_stream()
                 context.set_optimization_profile_async(index, stream.value or 0)
-                spec, profile = self.spec(graph), engine.profiles[index]
-                buffers = {}
-                for t in (*spec.inputs, *spec.outputs):
-                    largest = [profile.range(a).max if isinstance(a, str) else a for a in t.shape]
-                    buffers[t.name] = self.cuda.alloc(int(np.prod(largest)) * np.dtype(t.dtype).itemsize)
-                    context.set_tensor_address(t.name, buffers[t.name])
                 self.cuda.sync(stream)
-                engine.contexts[index] = _Context(context, stream, buffers, threading.Lock())
+                engine.contexts[index] = _Context(context, stream, threading.Lock())
             return engine.contexts[index]
 
-    def _outputs(self, graph: str, spec: GraphSpec, profile: Profile, index: int) -> dict[str, np.ndarray]:
-        """This thread's flat host arrays for the outputs of one profile, at its largest shapes (allocated once)."""
+    def _acquire(self, engine: _Engine) -> _Buffers:
+        """A buffer set of the engine's pool no call is using; a new one only when every set is busy (threads)."""
+        with engine.lock:
+            if engine.free:
+                return engine.free.pop()
+        self.cuda.make_current()
+        device = {name: self.cuda.alloc(n * dtype.itemsize) for name, (n, dtype) in engine.sizes.items()}
+        staging = {name: self.cuda.host_alloc(n * dtype.itemsize, dtype) for name, (n, dtype) in engine.sizes.items()
+                   if name in engine.inputs}  # fmt: skip
+        buffers = _Buffers(device, staging)
+        with engine.lock:
+            engine.pool.append(buffers)
+        return buffers
+
+    def _set_shape(self, ctx: _Context, graph: str, name: str, shape: tuple[int, ...], index: int,
+                   profile: Profile) -> None:  # fmt: skip
+        if ctx.shapes.get(name) == shape:
+            return
+        try:
+            accepted = ctx.context.set_input_shape(name, shape)
+        except Exception as err:  # noqa: BLE001 - TensorRT's bindings raise their own types on some versions
+            accepted, why = False, f" ({err})"
+        else:
+            why = ""
+        if not accepted:
+            ctx.shapes.pop(name, None)
+            raise EngineError(f"graph {graph!r}: TensorRT refused shape {tuple(shape)} for input {name!r} under profile "
+                              f"{index} ({profile.label()}){why}; rebuild with profiles covering it, e.g. "
+                              f"`{rebuild_command(self.folder, self.name)} --profiles ...`")  # fmt: skip
+        ctx.shapes[name] = shape
+
+    def _upload(self, buffers: _Buffers, name: str, value: np.ndarray, stream: ctypes.c_void_p) -> None:
+        """Copy one input to the device through its page-locked staging buffer, unless the buffer holds it already:
+        a frozen array uploaded by the previous call (a group's prefix, segment and position ids) stays bound."""
+        if frozen(value) and buffers.uploaded.get(name) is value:
+            return
+        buffers.uploaded.pop(name, None)
+        staged = buffers.staging[name][: value.size].reshape(value.shape)
+        np.copyto(staged, value)  # pageable -> pinned on the host; the device copy below is then DMA
+        self.cuda.to_device(buffers.device[name], staged, stream)
+        if frozen(value):
+            buffers.uploaded[name] = value  # also keeps it alive: its id cannot be reused by another array
+
+    def _outputs(self, graph: str, spec: GraphSpec, engine: _Engine) -> dict[str, np.ndarray]:
+        """This thread's flat host arrays for a graph's outputs, at their largest shapes (allocated once)."""
         cache = self._local.__dict__.setdefault("outputs", {})
-        if (graph, index) not in cache:
-            cache[(graph, index)] = {
-                t.name: np.empty(
-                    int(np.prod([profile.range(a).max if isinstance(a, str) else a for a in t.shape])), dtype=t.dtype
-                )  # fmt: skip
-                for t in spec.outputs
-            }
-        return cache[(graph, index)]
+        if graph not in cache:
+            cache[graph] = {t.name: np.empty(engine.sizes[t.name][0], dtype=t.dtype) for t in spec.outputs}
+        return cache[graph]
+
+    def _drop_graph(self, ctx: _Context) -> None:
+        if ctx.graph is not None:
+            self.cuda.sync(ctx.stream)
+            self.cuda.drop_graph(ctx.graph)
+            ctx.graph, ctx.graph_key = None, None
 
     def _execute(self, ctx: _Context, graph: str, static: tuple | None) -> None:
         """Run the context on its stream; with CUDA graphs, replay the graph of a static shape run just before.
 
-        A context keeps one graph, of the last static shape it ran: a denoising loop repeats one shape for all its
-        steps, and TensorRT's state for a shape is what the capture recorded, so any other call on the context
-        drops the graph (it is captured again when a static shape repeats).
+        A context keeps one graph, of the last static shape it ran with its current buffer set: a denoising loop
+        repeats one shape for all its steps, and TensorRT's state for a shape is what the capture recorded, so any
+        other call on the context drops the graph (it is captured again when a static shape repeats).
         """
         stream = ctx.stream.value or 0
 
@@ -409,13 +519,28 @@ class TrtBackend:
         if static is not None and static == ctx.graph_key and ctx.graph is not None:
             self.cuda.launch(ctx.graph, ctx.stream)
             return
-        if ctx.graph is not None:
-            self.cuda.sync(ctx.stream)
-            self.cuda.lib.cuGraphExecDestroy(ctx.graph)
-            ctx.graph, ctx.graph_key = None, None
+        self._drop_graph(ctx)
         enqueue()  # outside any capture: TensorRT does its shape-dependent setup here; these are the call's outputs
         if self.cuda_graphs and static is not None and ctx.capturable:
             self.cuda.sync(ctx.stream)
             ctx.graph = self.cuda.capture(ctx.stream, enqueue)  # records the work for the next calls only
             ctx.graph_key = static if ctx.graph is not None else None
             ctx.capturable = ctx.graph is not None
+
+
+def largest(shape: tuple[str | int, ...], profiles: tuple[Profile, ...]) -> int:
+    """Elements of a tensor at its largest shape over ``profiles`` (fixed axes as they are)."""
+    return max(int(np.prod([p.range(a).max if isinstance(a, str) else a for a in shape])) for p in profiles)
+
+
+def buckets_of(build: EngineBuild) -> LengthBuckets:
+    """Buckets read back from a build's profiles, for a record made before builds stored them: per axis, every
+    profile range's opt and max (an axis split per bucket gives its buckets; one range gives its middle and top)."""
+    sizes: dict[str, set[int]] = {"batch": set(), "prompt": set(), "answer": set()}
+    for engine in build.engines.values():
+        for profile in engine.profiles:
+            for axis, r in profile.ranges:
+                if axis in sizes:
+                    sizes[axis].update((r.opt, r.max))
+    default = LengthBuckets()
+    return LengthBuckets(**{a: tuple(sorted(v)) or getattr(default, a) for a, v in sizes.items()})
