@@ -21,7 +21,7 @@ from seer_trt.backend import open_backend
 from seer_trt.build import BuildOptions, parse_graph, plan_build
 from seer_trt.cli_build import main
 from seer_trt.errors import ConfigError, ManifestError
-from seer_trt.manifest import MANIFEST_FILE, EngineBuild, Manifest
+from seer_trt.manifest import MANIFEST_FILE, SCHEMA_VERSION, EngineBuild, Manifest
 from seer_trt.profiles import Range
 from seer_trt.trt_backend import Device, EngineError, check_build, rebuild_command
 
@@ -80,7 +80,7 @@ def test_rtx_build_writes_plans_with_their_profiles_and_records_them(trt, rtx_bu
     manifest = Manifest.read(folder)
     prompt = manifest.buckets.prompt  # the fixture's: one range 1 .. largest, opt at the middle bucket
     prompt_range = Range(1, prompt[(len(prompt) - 1) // 2], prompt[-1])
-    assert manifest.schema_version == "1.1"
+    assert manifest.schema_version == SCHEMA_VERSION
     build = manifest.builds["tensorrt-rtx"]
     assert (build.builder, build.version) == ("tensorrt-rtx", trt.__version__)
     assert (build.device, build.compute_capability) == ("", "")  # ahead of time, no GPU: portable plans

@@ -130,7 +130,7 @@ def test_round_trip_through_json(tmp_path: Path):
     path = manifest.write(tmp_path)
     assert path.name == MANIFEST_FILE
     data = json.loads(path.read_text())
-    assert data["schema_version"] == "1.1"
+    assert data["schema_version"] == SCHEMA_VERSION
     assert data["graphs"]["denoise"]["inputs"][2] == {
         "name": "segment_ids", "dtype": "int32", "shape": ["batch", "seq"], "kind": "value"
     }  # fmt: skip
@@ -156,12 +156,14 @@ def test_unknown_major_version_is_refused_with_the_fix(tmp_path: Path):
 
 def test_newer_minor_version_is_accepted_and_its_new_keys_ignored(tmp_path: Path):
     data = make_manifest().to_dict()
-    data["schema_version"] = "1.2"
+    major, minor = SCHEMA_VERSION.split(".")
+    newer = f"{major}.{int(minor) + 1}"
+    data["schema_version"] = newer
     data["kv_cache"] = {"layers": 8}  # a key a later 1.x writer may add
     data["model"]["rope_scaling"] = None
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
     back = Manifest.read(tmp_path)
-    assert back.schema_version == "1.2" and back.model == make_manifest().model
+    assert back.schema_version == newer and back.model == make_manifest().model
 
 
 def test_unknown_key_in_our_own_version_is_an_error(tmp_path: Path):

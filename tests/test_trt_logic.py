@@ -1,0 +1,320 @@
+"""The TensorRT backend's own logic on a machine without a GPU (issue 16): TensorRT and the CUDA driver replaced by
+fakes that keep device memory in numpy and compute a known function of the inputs, so what is tested is the
+backend's bookkeeping: one buffer pool per engine, loop-invariant inputs uploaded once per group through page-locked
+staging, a refused input shape named with its profile, CUDA-graph replay, and buckets from the built profiles. The
+real thing runs in tests/test_gpu.py on a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from seer_trt import trt_backend
+from seer_trt.config import GenerationConfig
+from seer_trt.denoise import Greedy, denoise
+from seer_trt.errors import InputError
+from seer_trt.graphs import LengthBuckets
+from seer_trt.layout import packed_layout, padded_layout
+from seer_trt.manifest import EngineBuild, EngineFile, Manifest
+from seer_trt.pipeline import Request, SeerPipeline
+from seer_trt.profiles import plan_profiles, select_profile
+from seer_trt.schedule import plan_schedule
+from seer_trt.trt_backend import Device, EngineError, TrtBackend, buckets_of
+
+BUCKETS = LengthBuckets(batch=(1, 4), prompt=(32, 64), answer=(16, 32, 64))
+
+
+def model(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What the fake engine computes: every input moves the outputs, so a stale device buffer shows."""
+    p = feeds["prefix_embeds"].shape[1]
+    seg, pos = feeds["segment_ids"][:, p:], feeds["position_ids"][:, p:]
+    x0 = (feeds["gen_ids"] * 7 + seg * 3 + pos) % 50
+    confidence = (feeds["prefix_embeds"].astype(np.float64).sum(axis=(1, 2))[:, None] + pos + seg) % 97 / 97
+    return {"x0": x0.astype(np.int64), "confidence": confidence.astype(np.float32)}
+
+
+class FakeCuda:
+    """Device memory as numpy arrays behind integer "pointers"; page-locked host memory is remembered by address."""
+
+    def __init__(self, index: int) -> None:
+        self.memory: dict[int, np.ndarray] = {}
+        self.pinned: list[np.ndarray] = []
+        self.uploads: list[tuple[int, int]] = []  # (device pointer, bytes)
+        self.next_ptr = 1 << 20
+        self.launches = 0
+
+    def make_current(self) -> None:
+        pass
+
+    def new_stream(self):
+        return ctypes.c_void_p(7)
+
+    def alloc(self, nbytes: int) -> int:
+        ptr, self.next_ptr = self.next_ptr, self.next_ptr + max(nbytes, 1) + 256
+        self.memory[ptr] = np.zeros(max(nbytes, 1), dtype=np.uint8)
+        return ptr
+
+    def host_alloc(self, nbytes: int, dtype) -> np.ndarray:
+        array = np.zeros(max(nbytes, 1), dtype=np.uint8)[:nbytes].view(dtype)
+        self.pinned.append(array)
+        return array
+
+    def is_pinned(self, array: np.ndarray) -> bool:
+        return any(np.shares_memory(array, p) for p in self.pinned)
+
+    def free(self, device, host) -> None:
+        for ptr in device.values():
+            del self.memory[ptr]
+
+    def to_device(self, ptr: int, array: np.ndarray, stream) -> None:
+        assert self.is_pinned(array), "uploads go through page-locked staging"
+        self.memory[ptr][: array.nbytes] = array.reshape(-1).view(np.uint8)
+        self.uploads.append((ptr, array.nbytes))
+
+    def to_host(self, array: np.ndarray, ptr: int, stream) -> None:
+        array.reshape(-1).view(np.uint8)[:] = self.memory[ptr][: array.nbytes]
+
+    def sync(self, stream) -> None:
+        pass
+
+    def capture(self, stream, enqueue):
+        return types.SimpleNamespace(enqueue=enqueue)
+
+    def launch(self, exe, stream) -> None:
+        self.launches += 1
+        exe.enqueue()
+
+    def drop_graph(self, exe) -> None:
+        pass
+
+    def release(self, stream, graph) -> None:
+        pass
+
+
+class FakeContext:
+    def __init__(self, engine: FakeEngine) -> None:
+        self.engine, self.shapes, self.addresses, self.profile = engine, {}, {}, None
+
+    def set_optimization_profile_async(self, index: int, stream) -> None:
+        self.profile = index
+
+    def set_input_shape(self, name: str, shape) -> bool:
+        if self.engine.refuse(name, tuple(shape)):
+            return False
+        self.shapes[name] = tuple(shape)
+        return True
+
+    def set_tensor_address(self, name: str, ptr: int) -> None:
+        self.addresses[name] = ptr
+
+    def execute_async_v3(self, stream) -> bool:
+        self.engine.executions += 1
+        cuda = self.engine.cuda()
+        feeds = {}
+        for name, dtype in self.engine.inputs.items():
+            shape = self.shapes[name]
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            feeds[name] = cuda.memory[self.addresses[name]][:nbytes].view(dtype).reshape(shape)
+        for name, value in model(feeds).items():
+            cuda.memory[self.addresses[name]][: value.nbytes] = value.reshape(-1).view(np.uint8)
+        return True
+
+
+class FakeEngine:
+    def __init__(self, spec, profiles: int, cuda) -> None:
+        self.inputs = {t.name: t.dtype for t in spec.inputs}
+        self.tensors = {t.name: t.dtype for t in (*spec.inputs, *spec.outputs)}
+        self.num_io_tensors = len(self.tensors)
+        self.num_optimization_profiles = profiles
+        self.cuda = cuda
+        self.executions = 0
+        self.refuse = lambda name, shape: False
+        self.contexts: list[FakeContext] = []
+
+    def get_tensor_name(self, i: int) -> str:
+        return list(self.tensors)[i]
+
+    def get_tensor_dtype(self, name: str):
+        return self.tensors[name]
+
+    def create_execution_context(self, strategy=None) -> FakeContext:
+        self.contexts.append(FakeContext(self))
+        return self.contexts[-1]
+
+
+@pytest.fixture
+def fake(fixture_export, tmp_path, monkeypatch):
+    """A TensorRT build of the fixture's denoise graph (3 profiles, one per answer bucket) on fake TensorRT/CUDA."""
+    folder, manifest, _ = fixture_export
+    spec = manifest.graph("denoise").spec
+    profiles = plan_profiles({"denoise": [(t.name, t.shape) for t in spec.inputs]}, BUCKETS).graphs["denoise"]
+    (tmp_path / "tensorrt").mkdir()
+    (tmp_path / "tensorrt" / "denoise.plan").write_bytes(b"plan")
+    build = EngineBuild("tensorrt", "10.0-fake", "NVIDIA H200", "9.0", None, "2026-12-01T00:00:00Z",
+                        {"denoise": EngineFile("tensorrt/denoise.plan", "0" * 64, profiles, 4, 0.0)}, BUCKETS)  # fmt: skip
+    manifest = dataclasses.replace(manifest, builds={"tensorrt": build})
+    state = types.SimpleNamespace(cuda=None, engines=[])
+
+    def make_cuda(index):
+        state.cuda = FakeCuda(index)
+        return state.cuda
+
+    class Runtime:
+        def __init__(self, logger) -> None:
+            pass
+
+        def deserialize_cuda_engine(self, data: bytes):
+            state.engines.append(FakeEngine(spec, len(profiles), lambda: state.cuda))
+            return state.engines[-1]
+
+    trt = types.SimpleNamespace(__version__="10.0-fake", Logger=type("Logger", (), {"WARNING": 1, "__init__":
+                                lambda self, level: None}), Runtime=Runtime, nptype=lambda dtype: np.dtype(dtype),
+                                ExecutionContextAllocationStrategy=types.SimpleNamespace(ON_PROFILE_CHANGE=1))  # fmt: skip
+    monkeypatch.setattr(trt_backend, "import_tensorrt", lambda builder: trt)
+    monkeypatch.setattr(trt_backend, "cuda_device", lambda index=0: Device("NVIDIA H200", "9.0"))
+    monkeypatch.setattr(trt_backend, "_Cuda", make_cuda)
+    state.manifest, state.folder, state.profiles, state.spec = manifest, tmp_path, profiles, spec
+    return state
+
+
+def feeds_for(manifest: Manifest, batch: int, prompt: int, answer: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    seq = prompt + answer
+    return {
+        "prefix_embeds": rng.standard_normal((batch, prompt, manifest.model.hidden_size)).astype(np.float32),
+        "gen_ids": rng.integers(0, 80, (batch, answer)),
+        "segment_ids": np.ones((batch, seq), dtype=np.int32),
+        "position_ids": np.tile(np.arange(seq, dtype=np.int64), (batch, 1)),
+    }
+
+
+def test_outputs_are_the_engines_and_one_buffer_set_serves_every_profile(fake):
+    backend = TrtBackend(fake.folder, fake.manifest)
+    used = set()
+    for batch, prompt, answer in ((1, 20, 10), (4, 64, 64), (2, 33, 20), (1, 5, 16), (3, 40, 50)):
+        feeds = feeds_for(fake.manifest, batch, prompt, answer, seed=answer)
+        got = backend.run("denoise", feeds)
+        want = model(feeds)
+        assert all(np.array_equal(got[k], want[k]) for k in want)
+        used.add(select_profile(fake.profiles, {"batch": batch, "prompt": prompt, "answer": answer}))
+    assert used == {0, 1, 2}  # every profile ran, each in its own context
+    engine = backend._engines["denoise"]
+    assert len(engine.contexts) == 3 and len(engine.pool) == 1  # one buffer set for all three profiles
+    largest = {"batch": 4, "prompt": 64, "answer": 64, "seq": 128}
+    expected = sum(int(np.prod([largest[a] if isinstance(a, str) else a for a in t.shape])) * np.dtype(t.dtype).itemsize
+                   for t in (*fake.spec.inputs, *fake.spec.outputs))  # fmt: skip
+    assert sum(len(m) for m in fake.cuda.memory.values()) == expected  # at the engine's largest shape, once
+    backend.close()
+    assert not fake.cuda.memory
+
+
+def test_loop_invariant_inputs_cross_once_per_group(fake):
+    manifest = fake.manifest
+    backend = TrtBackend(fake.folder, manifest)
+    mask = manifest.special_tokens.mask_id
+    rng = np.random.default_rng(1)
+    prompts = [rng.standard_normal((p, manifest.model.hidden_size)).astype(np.float32) for p in (12, 30, 7)]
+    kept = np.array([10, 16, 5])
+    gen = GenerationConfig(gen_length=16, steps=8, block_length=16)
+    reference = types.SimpleNamespace(run=lambda graph, feeds: model(feeds), manifest=manifest)
+    for layout in (padded_layout(prompts, kept, 32, 16), packed_layout(prompts, kept)):
+        schedule = plan_schedule(gen, kept)
+        fake.cuda.uploads.clear()
+        got = denoise(backend, layout, schedule, Greedy(), mask)
+        assert np.array_equal(got, denoise(reference, layout, schedule, Greedy(), mask))
+        buffers = backend._engines["denoise"].pool[0].device
+        count = {name: sum(ptr == buffers[name] for ptr, _ in fake.cuda.uploads) for name in fake.engines[0].inputs}
+        assert count == {"prefix_embeds": 1, "gen_ids": schedule.num_steps, "segment_ids": 1, "position_ids": 1}
+    # a writeable array passed again may have changed: it is uploaded again, and the change shows
+    feeds = feeds_for(manifest, 2, 20, 16)
+    first = backend.run("denoise", feeds)["confidence"].copy()
+    feeds["prefix_embeds"] += 1.0
+    assert not np.array_equal(backend.run("denoise", feeds)["confidence"], first)
+    assert np.array_equal(backend.run("denoise", feeds)["confidence"], model(feeds)["confidence"])
+
+
+def test_a_refused_input_shape_names_the_shape_and_the_profile(fake):
+    backend = TrtBackend(fake.folder, fake.manifest)
+    backend.run("denoise", feeds_for(fake.manifest, 1, 20, 10))
+    fake.engines[0].refuse = lambda name, shape: name == "segment_ids"
+    with pytest.raises(EngineError) as err:
+        backend.run("denoise", feeds_for(fake.manifest, 2, 20, 20))
+    message = str(err.value)
+    assert "TensorRT refused shape (2, 40) for input 'segment_ids' under profile 1" in message
+    assert "answer 17..32 (opt 32)" in message and "\n" not in message
+    fake.engines[0].refuse = lambda name, shape: False
+    feeds = feeds_for(fake.manifest, 2, 20, 20)
+    assert np.array_equal(backend.run("denoise", feeds)["x0"], model(feeds)["x0"])  # the context recovers
+
+
+def test_cuda_graphs_replay_static_buckets_only(fake):
+    backend = TrtBackend(fake.folder, fake.manifest, cuda_graphs=True)
+    engine = fake.engines
+    static = feeds_for(fake.manifest, 2, 32, 16)  # prompt and answer both buckets
+    for step in range(4):
+        static["gen_ids"] = static["gen_ids"] + step  # a new gen_ids every step, as the loop gives
+        assert np.array_equal(backend.run("denoise", static)["x0"], model(static)["x0"])
+    assert fake.cuda.launches == 3 and engine[0].executions == 4  # run, captured, then three replays
+    odd = feeds_for(fake.manifest, 2, 30, 16)
+    backend.run("denoise", odd)
+    backend.run("denoise", odd)
+    assert fake.cuda.launches == 3  # not a bucket shape: never replayed
+
+
+def test_concurrent_calls_take_separate_buffer_sets(fake):
+    backend = TrtBackend(fake.folder, fake.manifest)
+    barrier = threading.Barrier(2)
+    results, errors = {}, []
+    original = FakeContext.execute_async_v3
+
+    def slow(self, stream):
+        barrier.wait(timeout=10)  # both calls inside the engine at once
+        return original(self, stream)
+
+    FakeContext.execute_async_v3 = slow
+    try:
+
+        def call(k, answer):
+            try:
+                feeds = feeds_for(fake.manifest, 1, 20, answer, seed=k)
+                results[k] = (backend.run("denoise", feeds)["x0"].copy(), model(feeds)["x0"])
+            except Exception as err:  # noqa: BLE001
+                errors.append(err)
+
+        threads = [threading.Thread(target=call, args=(0, 10)), threading.Thread(target=call, args=(1, 40))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        FakeContext.execute_async_v3 = original
+    assert not errors and all(np.array_equal(a, b) for a, b in results.values())
+    assert len(backend._engines["denoise"].pool) == 2  # the pool grew for the second concurrent call only
+
+
+def test_dispatch_buckets_are_the_built_profiles(fake, fixture_export):
+    backend = TrtBackend(fake.folder, fake.manifest)
+    assert backend.buckets() == BUCKETS != fake.manifest.buckets
+    pipe = SeerPipeline(fixture_export[0], fake.manifest, backend)
+    assert pipe.buckets == BUCKETS
+    with pytest.raises(InputError, match="exceeds the largest answer bucket 64"):
+        pipe.generation(Request("count to 3 .", gen_length=128))  # the manifest's buckets go to 256
+    record = dataclasses.replace(fake.manifest.builds["tensorrt"], buckets=None)  # a build from before 1.2
+    derived = buckets_of(record)  # read back from the profiles: the answer axis split per bucket, the others spanned
+    assert derived.answer == (16, 32, 64) and derived.prompt == (32, 64) and derived.batch == (1, 4)
+
+
+def test_frozen_means_nothing_can_write_it():
+    a = np.zeros(4)
+    assert not trt_backend.frozen(a)
+    a.setflags(write=False)
+    assert trt_backend.frozen(a) and trt_backend.frozen(a[1:])
+    b = np.zeros(4)
+    view = b[1:]
+    view.setflags(write=False)
+    assert not trt_backend.frozen(view)  # its base can still be written
