@@ -124,13 +124,15 @@ def visible(folder: Path) -> list[Path]:
 
 
 def is_collection(folder: Path) -> bool:
-    """A folder of exports such as ``engines/``: no manifest of its own, at least one export, and nothing else
-    visible but a README. Hidden entries do not count either way (a stray ``.DS_Store`` changes nothing)."""
+    """A folder of exports such as ``engines/``: no manifest of its own, and nothing visible but export folders and
+    a README (the repository's ``engines/`` starts with its README alone). Hidden entries do not count either way:
+    a stray ``.DS_Store`` changes nothing."""
     if not folder.is_dir() or (folder / MANIFEST_FILE).exists():
         return False
     entries = visible(folder)
-    exports = [e for e in entries if e.is_dir() and is_export(e)]
-    return bool(exports) and all(e in exports or (e.name == COLLECTION_README and e.is_file()) for e in entries)
+    return bool(entries) and all(
+        (e.is_dir() and is_export(e)) or (e.name == COLLECTION_README and e.is_file()) for e in entries
+    )
 
 
 # ------------------------------------------------------------------------------------------- check the target

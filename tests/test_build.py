@@ -111,21 +111,27 @@ def test_build_changes_nothing_else_in_the_manifest(rtx_build):
 
 def test_a_failed_build_leaves_the_previous_plans_and_manifest(rtx_build):
     folder, _, _ = rtx_build
-    manifest_bytes = (folder / MANIFEST_FILE).read_bytes()
+    original_manifest = (folder / MANIFEST_FILE).read_bytes()
     plans = {p.name: p.read_bytes() for p in (folder / "tensorrt-rtx").iterdir()}
     onnx = folder / "step_zero.onnx"
     original = onnx.read_bytes()
+    broken = b"not an onnx graph"
+    manifest = Manifest.read(folder)  # its checksum made to match, so the build gets as far as TensorRT's parser
+    sums = {**manifest.checksums, "step_zero.onnx": hashlib.sha256(broken).hexdigest()}
+    dataclasses.replace(manifest, checksums=sums).write(folder)
+    manifest_bytes = (folder / MANIFEST_FILE).read_bytes()
     try:
-        onnx.write_bytes(b"not an onnx graph")
+        onnx.write_bytes(broken)
         rc, out, err = cli("--engines", str(folder), "--builder", "tensorrt-rtx", "--graphs", *BUILT,
                            "--profiles", *PROFILES, "--opt-level", "0")  # fmt: skip
+        assert rc == 2 and "cannot parse" in err and "step_zero" in err and err.count("\n") == 1
+        assert "built tensorrt-rtx/embed.plan" in out  # it got that far before failing
+        assert (folder / MANIFEST_FILE).read_bytes() == manifest_bytes
+        assert {p.name: p.read_bytes() for p in (folder / "tensorrt-rtx").iterdir()} == plans
+        assert not list(folder.glob(".tensorrt-rtx.*"))
     finally:
         onnx.write_bytes(original)
-    assert rc == 2 and "cannot parse" in err and "step_zero" in err and err.count("\n") == 1
-    assert "built tensorrt-rtx/embed.plan" in out  # it got that far before failing
-    assert (folder / MANIFEST_FILE).read_bytes() == manifest_bytes
-    assert {p.name: p.read_bytes() for p in (folder / "tensorrt-rtx").iterdir()} == plans
-    assert not list(folder.glob(".tensorrt-rtx.*"))
+        (folder / MANIFEST_FILE).write_bytes(original_manifest)
 
 
 def test_dry_run_prints_the_plan_and_builds_nothing(export_copy):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -356,7 +357,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, expect, random_checkpoint, tmp_p
 def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_checkpoint, tmp_path, monkeypatch):
     out = tmp_path / "engines"
     out.mkdir()
-    (out / "manifest.json").write_text("old")
+    old = json.dumps({"schema_version": "1.1", "graphs": {}, "note": "old"})  # an earlier export of ours
+    (out / "manifest.json").write_text(old)
     base = ["--checkpoint", str(random_checkpoint), "--out", str(out), "--no-validate"]
     rc, _, stderr = quiet_main(base)
     assert rc == 2 and "--force" in stderr
@@ -374,7 +376,7 @@ def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_c
     rc, _, stderr = quiet_main([*base, "--force", "--graphs", "embed", "denoise"])
     assert rc == 2 and "simulated failure" in stderr
     assert [p.name for p in tmp_path.iterdir()] == ["engines"]  # no staging folder left behind
-    assert (out / "manifest.json").read_text() == "old"  # untouched: replaced only when complete
+    assert (out / "manifest.json").read_text() == old  # untouched: replaced only when complete
 
     fresh = tmp_path / "fresh"
     calls.clear()

@@ -200,7 +200,7 @@ def test_templates_are_strict_and_checked_by_parsing(fixture_export):
     "argv, words",
     [
         (["--engines", "{tmp}/none", "--out", "{tmp}/repo"], "not an export folder"),
-        (["--engines", "{export}", "--out", "{repo}"], "already exists; pass --force"),
+        (["--engines", "{export}", "--out", "{repo}"], "already holds a model repository; pass --force"),
         (["--engines", "{export}", "--out", "{tmp}/repo", "--flavour", "tpu"], "invalid choice"),
         (["--engines", "{export}", "--out", "{tmp}/repo", "--name", "a/b"], "must be letters, digits"),
         (["--engines", "{export}", "--out", "{tmp}/repo", "--instances", "0"], "expected >= 1"),
