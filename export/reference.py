@@ -5,9 +5,9 @@ In:  a registered model (``tiny-llada-v`` bundled, ``llada-v`` from a local chec
 Out: a markdown table per gen_length: exact match of the baseline and of Seer under each detector, premature
      cuts, mean kept window over the true length, mean steps; optional JSON.
 
-Detectors: ``calibrated`` (the model's own ``seer`` calibration from its config.json), ``paper`` (the paper's
-rule: |h| < 1e-3 at layer 3, up, 0.03, 0.6, window 3, margin 1) and ``end_token_prob`` (step-zero probability
-of the end tokens, threshold 0.5, margin 1). This is the reference every exported graph and engine is
+Detectors: ``calibrated`` (the model's own ``seer`` calibration from its config.json, e.g. a probe at layer k),
+``paper`` (the paper's rule: |h| < 1e-3 at layer 3, up, 0.03, 0.6, window 3, margin 1) and ``end_token_prob``
+(step-zero probability of the end tokens at full depth, threshold 0.5, margin 1). Every row names its detector. This is the reference every exported graph and engine is
 compared with; it is not the fast path.
 """
 
@@ -123,14 +123,6 @@ def table(gen_length: int, m: dict[str, dict[str, float]], labels: dict[str, str
     return "\n".join(lines)
 
 
-def describe(seer: SeerConfig) -> str:
-    if seer.signal == "end_token_prob":
-        return f"end_token_prob (p > {seer.end_prob_threshold}, margin {seer.margin})"
-    stat = f"|h| < {seer.tau_abs:g}" if seer.statistic == "abs_below" else "gate < 0"
-    return (f"{stat} @ layer {seer.probe_layer}, {seer.direction}, tau_jump {seer.tau_jump:g}, "
-            f"gamma {seer.gamma:g}, window {seer.window}, margin {seer.margin}")  # fmt: skip
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="seer-reference",
@@ -192,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         report: dict = {"model": args.model, "n": args.n, "seed": args.seed, "detectors": {}}
         for name, seer in detectors.items():
             report["detectors"][name] = seer.to_dict()
-            print(f"detector {name}: {describe(seer)} [{seer.label}]")
+            print(f"detector {name}: {seer.describe()} [{seer.label}]")
         for n in lengths:
             gen = GenerationConfig(gen_length=n, steps=args.steps or n, block_length=n)
             if args.prompt:
@@ -208,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                                 progress=lambda i, k: print(f"  {i}/{k}", file=sys.stderr, end="\r"))  # fmt: skip
             m = metrics(results, truth)
             report[str(n)] = m
-            print(table(n, m, {"baseline": "baseline (padded)"}))
+            labels = {"baseline": "baseline (padded)", **{k: f"Seer, {k}: {s.name}" for k, s in detectors.items()}}
+            print(table(n, m, labels))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """Answer-boundary detection at step zero (DESIGN §4, the paper's SNR criterion).
 
-In:  a step-zero profile [B, N] over the N answer positions (the probe layer's MLP statistic, or the
-     probability of an end token), and the rule's parameters.
+In:  a step-zero profile [B, N] over the N answer positions (the probe layer's MLP statistic, a linear probe's
+     probability, or the probability of an end token), and the detector's parameters.
 Out: kept lengths L* [B] int64, N where no boundary is found (no truncation).
 
 Pure numpy and vectorised over the batch: no per-row Python loop.
@@ -74,14 +74,15 @@ def find_boundaries(
 
 
 def find_end_by_probability(p_end: np.ndarray, threshold: float = 0.5, margin: int = 1) -> np.ndarray:
-    """Kept lengths from the step-zero end-token probability (the ``end_token_prob`` signal).
+    """Kept lengths from a step-zero probability of being at or past the end (the ``threshold`` detector).
 
     The predicted end is the smallest position i after which every probability (i included) exceeds
     ``threshold``: the answer's ``<|eot_id|>`` followed by ``<|endoftext|>`` padding. ``L* = min(N, i + 1 +
     margin)``; N when even the last position stays below the threshold.
 
     Args:
-        p_end: [B, N] probability of ``<|eot_id|>`` or ``<|endoftext|>`` per answer position at step zero.
+        p_end: [B, N] probability per answer position at step zero: of ``<|eot_id|>`` or ``<|endoftext|>``
+            (end_token_prob), or a probe's probability of being at or past the end.
         threshold: probability every position from the end on must exceed.
         margin: positions kept after the predicted end token.
 
@@ -104,7 +105,7 @@ def find_end_by_probability(p_end: np.ndarray, threshold: float = 0.5, margin: i
 
 
 def detect(profile: np.ndarray, seer: SeerConfig) -> np.ndarray:
-    """L* [B] from the profile of the signal ``seer`` names, with ``seer``'s parameters."""
-    if seer.signal == "end_token_prob":
-        return find_end_by_probability(profile, seer.end_prob_threshold, seer.margin)
+    """L* [B] from the profile of the signal ``seer`` names, with ``seer``'s detector and parameters."""
+    if seer.detector == "threshold":
+        return find_end_by_probability(profile, seer.threshold, seer.margin)
     return find_boundaries(profile, seer.tau_jump, seer.gamma, seer.window, seer.direction, seer.margin)

@@ -16,13 +16,16 @@ from typing import Any, Literal
 
 from seer_trt.errors import ConfigError
 
-Signal = Literal["mlp_sparsity", "end_token_prob"]
+Signal = Literal["mlp_sparsity", "probe", "end_token_prob"]
 Statistic = Literal["abs_below", "gate_negative"]
 Direction = Literal["up", "down"]
+Detector = Literal["jump", "threshold"]
 
-SIGNALS = ("mlp_sparsity", "end_token_prob")
+SIGNALS = ("mlp_sparsity", "probe", "end_token_prob")
 STATISTICS = ("abs_below", "gate_negative")
 DIRECTIONS = ("up", "down")
+DETECTORS = ("jump", "threshold")
+PROBE_EPS = 1e-6  # the probe reads the residual stream RMS-normalised (no weight): x / sqrt(mean(x^2) + eps)
 
 
 def _from_dict(cls, data: dict[str, Any], where: str):
@@ -137,23 +140,34 @@ class GenerationConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SeerConfig:
-    """Which step-zero signal predicts the answer end, and the boundary rule's parameters (DESIGN §4).
+    """Which step-zero signal predicts the answer end, and the detector that turns it into L* (DESIGN §4).
 
     The defaults are the paper's rule for LLaDA-8B-class models: fraction of ``|h| < 1e-3`` in the SwiGLU
     intermediate (the input of ``down_proj``) at layer 3, jump upwards, ``tau_jump`` 0.03, ``gamma`` 0.6,
     window 3, one token of margin after the predicted ``<|eot_id|>``.
+
+    Signals: ``mlp_sparsity`` (an MLP statistic of layer k), ``probe`` (a linear probe on the RMS-normalised
+    residual stream after layer k: ``sigmoid(w . x / rms(x) + b)``, the probability that a position is at or
+    past the end), both computed by the early-exit ``step_zero`` graph (layers 0..k only); ``end_token_prob``
+    (p(<|eot_id|>) + p(<|endoftext|>) from a full-depth pass, which then serves as denoising step 0).
+    Detectors: ``jump`` (the paper's SNR rule: tau_jump, gamma, window, direction) or ``threshold`` (the
+    smallest position from which every score exceeds ``threshold``); default: jump for mlp_sparsity,
+    threshold otherwise.
     """
 
     signal: Signal = "mlp_sparsity"
     statistic: Statistic = "abs_below"  # abs_below: mean(|h| < tau_abs); gate_negative: mean(gate(x) < 0)
-    probe_layer: int = 3  # 0-based decoder layer whose MLP is probed
+    probe_layer: int = 3  # 0-based decoder layer: its MLP (mlp_sparsity) or the residual stream after it (probe)
     tau_abs: float = 1e-3  # threshold of the abs_below statistic
-    direction: Direction = "up"  # the statistic jumps up (paper) or down at the answer end
+    direction: Direction = "up"  # the profile jumps up (paper) or down at the answer end
     tau_jump: float = 0.03  # minimum jump over the previous position
     gamma: float = 0.6  # maximum window spread, as a fraction of the jump
     window: int = 3  # positions that must all sit past the jump
     margin: int = 1  # tokens kept after the predicted <|eot_id|>
-    end_prob_threshold: float = 0.5  # end_token_prob: cut where every later p(end) exceeds this
+    detector: Detector | None = None  # None: "jump" for mlp_sparsity, "threshold" for probe / end_token_prob
+    threshold: float = 0.5  # threshold detector: cut where every later score exceeds this (a probability)
+    probe_weights: tuple[float, ...] = ()  # probe: one weight per hidden unit, on the RMS-normalised residual
+    probe_bias: float = 0.0  # probe: added to the dot product before the sigmoid
     label: str = "paper"  # how tables name this setting ("paper" only for the paper-exact rule)
 
     def __post_init__(self) -> None:
@@ -163,6 +177,10 @@ class SeerConfig:
             raise ConfigError(f"seer.statistic must be one of {STATISTICS}, got {self.statistic!r}")
         if self.direction not in DIRECTIONS:
             raise ConfigError(f"seer.direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if self.detector is None:
+            object.__setattr__(self, "detector", "jump" if self.signal == "mlp_sparsity" else "threshold")
+        if self.detector not in DETECTORS:
+            raise ConfigError(f"seer.detector must be one of {DETECTORS}, got {self.detector!r}")
         if self.probe_layer < 0:
             raise ConfigError(f"seer.probe_layer must be >= 0, got {self.probe_layer}")
         if self.window < 1:
@@ -171,15 +189,54 @@ class SeerConfig:
             raise ConfigError(f"seer.margin must be >= 0, got {self.margin}")
         if not self.tau_jump > 0 or not self.gamma >= 0:
             raise ConfigError(f"seer.tau_jump must be > 0 and seer.gamma >= 0, got {self.tau_jump}, {self.gamma}")
-        if not 0.0 < self.end_prob_threshold < 1.0:
-            raise ConfigError(f"seer.end_prob_threshold must be in (0, 1), got {self.end_prob_threshold}")
+        if not 0.0 < self.threshold < 1.0:
+            raise ConfigError(f"seer.threshold must be in (0, 1), got {self.threshold}")
+        try:
+            weights = tuple(float(w) for w in self.probe_weights)
+            object.__setattr__(self, "probe_bias", float(self.probe_bias))
+        except (TypeError, ValueError):
+            raise ConfigError("seer.probe_weights must be a list of numbers and seer.probe_bias a number") from None
+        object.__setattr__(self, "probe_weights", weights)
+        if self.signal == "probe" and not weights:
+            raise ConfigError(
+                "seer.signal 'probe' needs seer.probe_weights (one per hidden unit); calibrate them with "
+                "seer-calibrate --write, or choose another signal"
+            )
 
-    def needs_full_depth(self, num_layers: int) -> bool:
-        """True when step zero runs every layer (end-token signal or last-layer probe): its logits serve as step 0."""
-        return self.signal == "end_token_prob" or self.probe_layer >= num_layers - 1
+    @property
+    def full_depth(self) -> bool:
+        """True when the signal needs every layer and the head (end_token_prob): that pass serves as step 0."""
+        return self.signal == "end_token_prob"
+
+    def layers_computed(self, num_layers: int) -> int:
+        """Decoder layers the step-zero pass runs: k + 1 for an early exit, all of them at full depth."""
+        return num_layers if self.full_depth else self.probe_layer + 1
+
+    @property
+    def name(self) -> str:
+        """What tables call this detector: "paper rule at layer 3", "probe at layer 2", "end-token at full depth"."""
+        if self.signal == "end_token_prob":
+            return "end-token at full depth"
+        if self.signal == "probe":
+            return f"probe at layer {self.probe_layer}"
+        rule = "paper rule" if self.statistic == "abs_below" else "gate-sign rule"
+        return f"{rule} at layer {self.probe_layer}"
+
+    def describe(self) -> str:
+        """``name`` with the detector's parameters, e.g. "probe at layer 2 (p > 0.5, margin 1)"."""
+        if self.detector == "threshold":
+            rule = f"p > {self.threshold:g}"
+        else:
+            rule = f"jump {self.direction}, tau_jump {self.tau_jump:g}, gamma {self.gamma:g}, window {self.window}"
+        stat = ""
+        if self.signal == "mlp_sparsity":
+            stat = f"|h| < {self.tau_abs:g}, " if self.statistic == "abs_below" else "gate < 0, "
+        return f"{self.name} ({stat}{rule}, margin {self.margin})"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["probe_weights"] = list(self.probe_weights)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SeerConfig:

@@ -309,12 +309,15 @@ def test_end_probability_empty_window():
 # --- detect ---------------------------------------------------------------------------------------------------
 
 
-def test_detect_dispatches_by_signal():
+def test_detect_dispatches_by_detector():
     # SNR: jump at i = 2 (0.8, noise 0) -> 4; probability > 0.95 only from i = 5 on -> 7
     profile = np.asarray([[0.1, 0.1, 0.9, 0.9, 0.9, 0.96, 0.96, 0.96]])
     assert detect(profile, SeerConfig()).tolist() == [4]
-    assert detect(profile, SeerConfig(signal="end_token_prob", end_prob_threshold=0.95)).tolist() == [7]
-    assert detect(profile, SeerConfig(signal="end_token_prob", end_prob_threshold=0.5)).tolist() == [4]
+    assert detect(profile, SeerConfig(signal="end_token_prob", threshold=0.95)).tolist() == [7]
+    assert detect(profile, SeerConfig(signal="end_token_prob", threshold=0.5)).tolist() == [4]
+    probe = SeerConfig(signal="probe", probe_weights=(1.0,))  # a probe's probability: threshold by default
+    assert detect(profile, probe.replace(threshold=0.95)).tolist() == [7]
+    assert detect(profile, probe.replace(detector="jump", tau_jump=0.5)).tolist() == [4]
 
 
 def test_detect_uses_every_parameter_of_the_config():

@@ -86,13 +86,13 @@ def test_calibrated_signal_marks_the_true_end(fixture):
     seer = model.config.seer
     with torch.no_grad():
         prefix, valid = enc.prefix(model, samples)
-        zero = step_zero(model, prefix, valid, 64, enc.special, tau_abs=seer.tau_abs)
+        zero = step_zero(model, prefix, valid, 64, enc.special, tau_abs=seer.tau_abs, residual=True)
     profile = zero.profile(seer)  # [n, 64]
     ends = [len(enc.answer_ids(s)) - 1 for s in samples]
     at_end = np.array([row[e] for row, e in zip(profile, ends, strict=True)])
     before = np.array([row[e - 1] for row, e in zip(profile, ends, strict=True) if e >= 1])
-    if seer.signal == "end_token_prob":
-        assert np.median(at_end) > seer.end_prob_threshold > np.median(before)
+    if seer.detector == "threshold":
+        assert np.median(at_end) > seer.threshold > np.median(before)
     else:
         sign = 1.0 if seer.direction == "up" else -1.0
         assert np.median(sign * (at_end[: len(before)] - before)) > seer.tau_jump
@@ -129,12 +129,13 @@ def test_calibrate_cli_writes_report_png_and_config(tmp_path):
     before.pop("seer")
     (ckpt / "config.json").write_text(json.dumps(before))
     out = run_cli("seer_export.calibrate", "--checkpoint", str(ckpt), "--n", "24", "--gen-length", "48",
-                  "--out", str(tmp_path / "report"), "--write")  # fmt: skip
+                  "--out", str(tmp_path / "report"), "--write", "--max-layer", "2")  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "| paper:" in out.stdout and "| chosen:" in out.stdout
+    assert "**chosen**" in out.stdout and "| probe |" in out.stdout and "| end_token_prob |" in out.stdout
     report = json.loads((tmp_path / "report" / "calibration.json").read_text())
     written = json.loads((ckpt / "config.json").read_text())["seer"]
     assert written == report["chosen"]
+    assert {r["layer"] for r in report["windows"]["48"]["rows"]} == {0, 1, 2, None}  # --max-layer 2, and full depth
     SeerConfig.from_dict(written)  # valid
     png = (tmp_path / "report" / "step_zero_profile.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

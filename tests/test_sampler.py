@@ -22,6 +22,7 @@ from seer_export.sampler import commit_top_k, generate, suppress_special
 from seer_export.seer import capture_mlp, seer_generate, step_zero
 from seer_trt.boundary import find_boundaries, find_end_by_probability
 from seer_trt.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.errors import ConfigError
 from seer_trt.preprocess import IMAGE_PLACEHOLDER
 
 VOCAB = 40
@@ -384,7 +385,7 @@ def test_seer_generate_end_token_signal_reuses_step_zero(model, prompts):
     embeds, valid = prompts
     gen = gen_config(steps=4, block_length=4)
     # every p(end) exceeds a tiny threshold: the end is at 0, L* = 0 + 1 + margin
-    seer = SeerConfig(signal="end_token_prob", end_prob_threshold=1e-9, margin=2)
+    seer = SeerConfig(signal="end_token_prob", threshold=1e-9, margin=2)
     counts, handles = count_calls(model)
     try:
         out, profile = seer_generate(model, embeds, valid, gen, SPECIAL, seer)
@@ -419,3 +420,33 @@ def test_seer_generate_sparsity_signal_exits_early(model, prompts):
     steps = int(out.steps.max())
     assert counts["layer0"] == steps + 1  # the early-exit step zero ran layer 0 only
     assert counts["layer1"] == counts["layer2"] == counts["lm_head"] == steps
+
+
+def test_seer_generate_probe_signal_exits_early_on_the_residual_stream(model, prompts):
+    """A probe at layer 1: step zero runs layers 0-1 only; its profile is sigmoid(w . x / rms(x) + b) of the
+    residual stream after layer 1, computed here by hand from a hook."""
+    embeds, valid = prompts
+    gen = gen_config(steps=4, block_length=4)
+    rng = np.random.default_rng(0)
+    seer = SeerConfig(signal="probe", probe_layer=1, probe_weights=tuple(rng.normal(size=32)), probe_bias=0.5,
+                      threshold=0.4, margin=1)  # fmt: skip
+    seen = {}
+    hook = model.model.layers[1].register_forward_hook(lambda m, i, o: seen.setdefault("x", o))
+    counts, handles = count_calls(model)
+    try:
+        out, profile = seer_generate(model, embeds, valid, gen, SPECIAL, seer)
+    finally:
+        hook.remove()
+        for h in handles:
+            h.remove()
+    x = seen["x"][:, embeds.shape[1] :].double()  # the step-zero pass came first: its layer-1 output
+    x = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    want = torch.sigmoid(x @ torch.tensor(seer.probe_weights, dtype=torch.float64) + 0.5).numpy()
+    np.testing.assert_allclose(profile, want, atol=1e-5)
+    assert out.kept.tolist() == find_end_by_probability(profile, 0.4, 1).tolist()
+    steps = int(out.steps.max())
+    assert counts["layer2"] == counts["lm_head"] == steps and counts["layer1"] == steps + 1  # no head at step zero
+    zero = step_zero(model, embeds, valid, N, SPECIAL, layers=(1,), full_depth=False, residual=True)
+    np.testing.assert_array_equal(zero.profile(seer), profile)
+    with pytest.raises(ConfigError, match="residual"):
+        step_zero(model, embeds, valid, N, SPECIAL, layers=(1,), full_depth=False).profile(seer)

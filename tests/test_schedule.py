@@ -220,8 +220,11 @@ def test_config_error_is_a_value_error_and_a_seer_error():
         dict(margin=-1),
         dict(tau_jump=0.0),
         dict(gamma=-0.1),
-        dict(end_prob_threshold=0.0),
-        dict(end_prob_threshold=1.0),
+        dict(threshold=0.0),
+        dict(threshold=1.0),
+        dict(detector="first"),
+        dict(signal="probe"),  # a probe without its weights
+        dict(signal="probe", probe_weights=("a",)),
     ],
 )
 def test_seer_config_rejects(kwargs):
@@ -241,10 +244,22 @@ def test_seer_replace_validates():
         SeerConfig().replace(window=0)
 
 
-def test_needs_full_depth():
-    assert not SeerConfig(probe_layer=3).needs_full_depth(32)
-    assert SeerConfig(probe_layer=31).needs_full_depth(32)  # a last-layer probe runs the whole model anyway
-    assert SeerConfig(probe_layer=0, signal="end_token_prob").needs_full_depth(32)
+def test_only_the_end_token_signal_needs_full_depth():
+    assert not SeerConfig(probe_layer=3).full_depth and SeerConfig(probe_layer=3).layers_computed(32) == 4
+    assert not SeerConfig(probe_layer=31).full_depth  # a last-layer statistic still stops before the head
+    probe = SeerConfig(signal="probe", probe_layer=1, probe_weights=(1.0, -1.0))
+    assert not probe.full_depth and probe.layers_computed(32) == 2
+    assert SeerConfig(probe_layer=0, signal="end_token_prob").full_depth
+    assert SeerConfig(signal="end_token_prob").layers_computed(32) == 32
+
+
+def test_detector_defaults_by_signal_and_names_say_which():
+    assert SeerConfig().detector == "jump" and SeerConfig().name == "paper rule at layer 3"
+    probe = SeerConfig(signal="probe", probe_layer=2, probe_weights=[0.5, 1])
+    assert probe.detector == "threshold" and probe.probe_weights == (0.5, 1.0) and probe.name == "probe at layer 2"
+    assert SeerConfig(signal="end_token_prob").describe() == "end-token at full depth (p > 0.5, margin 1)"
+    assert SeerConfig(statistic="gate_negative", probe_layer=7).name == "gate-sign rule at layer 7"
+    assert SeerConfig.from_dict(probe.to_dict()) == probe  # JSON round trip: the weights as a list
 
 
 def special() -> SpecialTokens:
