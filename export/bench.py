@@ -213,7 +213,7 @@ def headline(report: dict[str, Any]) -> dict[str, float]:
 
 
 def tables(report: dict[str, Any]) -> str:
-    lines = ["## Single request (baseline vs Seer vs oracle)", "",
+    lines = [f"## Single request (baseline vs Seer vs oracle); Seer = {report['detector']}", "",
              "| gen_length | mode | latency (s) | tokens/s | mean steps | speedup |", "|---|---|---|---|---|---|"]  # fmt: skip
     for n, row in report["single"].items():
         for mode, r in row.items():
@@ -250,13 +250,14 @@ def plot(report: dict[str, Any], path: Path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     lengths = [int(n) for n in report["single"]]
     for mode, colour in (("baseline", "0.5"), ("seer", "tab:blue"), ("oracle", "tab:green")):
+        label = f"seer ({report['detector']})" if mode == "seer" else mode
         ax1.plot(lengths, [report["single"][str(n)][mode]["speedup"] for n in lengths], "o-", color=colour,
-                 label=mode)  # fmt: skip
+                 label=label)  # fmt: skip
     ax1.set_xscale("log", base=2)
     ax1.set_xticks(lengths, [str(n) for n in lengths])
     ax1.set_xlabel("gen_length")
     ax1.set_ylabel("speedup over the padded baseline")
-    ax1.legend()
+    ax1.legend(fontsize=7)
     pol = report["batched"]["policies"]
     ax2.bar(list(pol), [r["tokens_per_s"] for r in pol.values()], color="tab:blue")
     ax2.set_ylabel("valid tokens / s")
@@ -297,7 +298,8 @@ def bench(engines: Path, checkpoint: Path | None, settings: Settings, seed: int 
         "checkpoint": str(folder),
         "model": pipe.manifest.model.name,
         "precision": pipe.manifest.precision,
-        "seer": dataclasses.asdict(pipe.manifest.seer),
+        "seer": dataclasses.asdict(pipe.seer),
+        "detector": pipe.seer.describe(),
         "settings": dataclasses.asdict(settings),
         "git": git_sha(),
         "machine": machine(),

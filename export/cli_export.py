@@ -16,7 +16,7 @@ from pathlib import Path
 
 from seer_trt.cli import Parser, fail, interrupted, require_extra
 from seer_trt.errors import SeerError
-from seer_trt.graphs import GRAPH_NAMES, GRAPHS
+from seer_trt.graphs import GRAPHS, SERVING_GRAPHS
 from seer_trt.outfolder import signals_as_interrupts
 
 PROG = "seer-export"
@@ -26,9 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     graphs = "; ".join(f"{g.name}: {g.summary}" for g in GRAPHS.values())
     ap = Parser(
         prog=PROG,
-        description="Export LLaDA-V to ONNX graphs (embedding, vision, Seer step zero, denoising) with a "
-        "manifest, validated against PyTorch with ONNX Runtime. Output is written to a temporary folder "
-        "next to --out and moved into place only when complete.",
+        description="Export LLaDA-V to ONNX graphs (embedding, vision, Seer's early-exit step zero, the denoising "
+        "window graph) with a manifest, validated against PyTorch with ONNX Runtime. Every graph reads its tensors "
+        "from one shared weights.data file, each tensor stored once. Output is written to a temporary folder next to "
+        "--out and moved into place only when complete.",
     )
     ap.add_argument("--model", default="tiny-llada-v", help="registered model: tiny-llada-v (bundled), llada-v")
     ap.add_argument("--checkpoint", type=Path, help="checkpoint folder (config.json, safetensors, tokenizer)")
@@ -36,8 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "engines/ gets a MODEL-DTYPE folder inside")  # fmt: skip
     ap.add_argument("--dtype", default="fp32", help="fp32 or fp16 (statistics and softmax stay fp32)")
     ap.add_argument("--opset", type=int, default=20, help="ONNX opset, 20-22 (default 20)")
-    ap.add_argument("--graphs", nargs="+", default=list(GRAPH_NAMES), metavar="GRAPH",
-                    help=f"graphs to export (default: all). {graphs}")  # fmt: skip
+    ap.add_argument("--graphs", nargs="+", default=list(SERVING_GRAPHS), metavar="GRAPH",
+                    help=f"graphs to export (default: {' '.join(SERVING_GRAPHS)}). {graphs}")  # fmt: skip
+    ap.add_argument("--sampling", action="store_true", help="also export denoise_logits, the graph temperature > 0 "
+                    "and random remasking need (it reads the same shared weights file; greedy decoding never "
+                    "calls it)")  # fmt: skip
     ap.add_argument("--no-validate", action="store_true", help="skip ONNX Runtime vs PyTorch validation")
     ap.add_argument("--samples", type=int, default=16, help="held-out prompts of the end-to-end check")
     ap.add_argument("--force", action="store_true", help="replace an existing export at --out (only once complete); a "
@@ -60,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             dtype=args.dtype,
             opset=args.opset,
             graphs=tuple(args.graphs),
+            sampling=args.sampling,
             validate=not args.no_validate,
             force=args.force,
             save_goldens=args.save_goldens,

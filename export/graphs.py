@@ -6,8 +6,8 @@ Out: one ``nn.Module`` per graph whose ``forward`` takes that graph's inputs in 
      in order. They are exported by ``seer_export.onnx_export`` and serve as the PyTorch side of parity.
 
 Nothing here re-implements the model: each module calls ``LLaDAV`` (``forward``, ``hidden_states``,
-``tile_features``) and reads the MLP statistic through ``seer_export.seer.capture_mlp`` hooks, so the graphs
-compute what the reference computes. Special ids are baked in as constants from ``SpecialTokens`` (the
+``tile_features``) and reads the MLP statistic through ``seer_export.seer.capture_mlp`` hooks and the probe
+through ``seer_export.seer.probe_score``, so the graphs compute what the reference computes. Special ids are baked in as constants from ``SpecialTokens`` (the
 manifest records them). Suppression uses ``where`` (``bias * mask`` turns -inf * 0 into NaN, DESIGN §11).
 """
 
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from seer_export.models.llada_v import LLaDAV
-from seer_export.seer import capture_mlp, mlp_statistic
+from seer_export.seer import capture_mlp, mlp_statistic, normalise, probe_score
 from seer_trt.config import SeerConfig, SpecialTokens
 from seer_trt.graphs import GRAPHS
 
@@ -38,12 +38,36 @@ def suppress_masked(logits: torch.Tensor, gen_ids: torch.Tensor, special: Specia
     return torch.where(hit, torch.full_like(logits, float("-inf")), logits)
 
 
-def greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x0 = argmax [B, G] int64 and its softmax probability [B, G] float32 (``low_confidence`` remasking)."""
-    logits = logits.float()  # the vocabulary softmax in fp32, also in fp16 graphs
-    x0 = logits.argmax(-1)
-    confidence = torch.softmax(logits, dim=-1).gather(-1, x0[..., None])[..., 0]
-    return x0, confidence
+def logsumexp(x: torch.Tensor) -> torch.Tensor:
+    """log(sum(exp(x))) over the last axis with the maximum shifted out explicitly (ReduceMax, Exp, ReduceSum, Log):
+    an importer that builds ONNX ReduceLogSumExp as a plain log(sum(exp(x))) overflows in fp32 past a logit of 88."""
+    top = x.amax(dim=-1, keepdim=True)
+    return (top + torch.log(torch.exp(x - top).sum(dim=-1, keepdim=True)))[..., 0]
+
+
+def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) -> tuple[torch.Tensor, ...]:
+    """x0 [B, G] int64, its probability and the end-token probability [B, G] float32, from one log-sum-exp.
+
+    ``x0`` is the argmax of the suppressed logits and ``confidence`` its softmax probability
+    (``low_confidence`` remasking): exp(l[x0] - lse), lse the log-sum-exp of the suppressed logits over the
+    vocabulary, the one reduction over V. ``p_end`` = p(<|eot_id|>) + p(<|endoftext|>) under the *unsuppressed*
+    softmax (what ``seer.step_zero`` reads): its normaliser is lse plus the suppressed ids' own mass at masked
+    positions, four columns, so no second softmax over the vocabulary is computed.
+    """
+    logits = logits.float()  # the vocabulary reduction in fp32, also in fp16 graphs
+    suppressed = suppress_masked(logits, gen_ids, special)  # [B, G, V]
+    x0 = suppressed.argmax(-1)  # [B, G]
+    lse = logsumexp(suppressed)  # [B, G]
+    confidence = torch.exp(suppressed.gather(-1, x0[..., None])[..., 0] - lse)
+    masked = (gen_ids == special.mask_id)[..., None]  # [B, G, 1]
+    banned = torch.stack([logits[..., i] for i in special.suppressed_ids], dim=-1)  # [B, G, 4]
+    banned = torch.where(masked, banned, torch.full_like(banned, float("-inf")))
+    lse_all = logsumexp(torch.cat([lse[..., None], banned], dim=-1))  # the unsuppressed normaliser
+    p_end = torch.exp(logits[..., special.eot_id] - lse_all) + torch.exp(logits[..., special.endoftext_id] - lse_all)
+    return x0, confidence, p_end
+
+
+PROBE_INITIALIZER = "seer_probe"  # the probe's weight vector in the step_zero graph (from the calibration)
 
 
 class _Graph(nn.Module):
@@ -75,41 +99,37 @@ class VisionGraph(_Graph):
 
 
 class StepZeroGraph(_Graph):
-    """Early exit: embeddings and decoder layers 0..k only, then the statistic of layer k's MLP."""
+    """Early exit: embeddings and decoder layers 0..k only, then layer k's MLP statistic and, for a probe
+    calibration, the probe's score on the residual stream after layer k (DESIGN §4)."""
+
+    def __init__(self, model: LLaDAV, special: SpecialTokens, seer: SeerConfig) -> None:
+        super().__init__(model, special, seer)
+        if seer.signal == "probe":  # an initializer of its own (PROBE_INITIALIZER), not a checkpoint tensor
+            self.register_buffer(PROBE_INITIALIZER, torch.tensor(seer.probe_weights, dtype=torch.float32))
 
     def forward(
         self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         k = self.seer.probe_layer
-        with capture_mlp(self.llada, (k,)) as seen:
-            self.llada.hidden_states(self._embeds(prefix_embeds, gen_ids), segment_ids, position_ids, upto=k + 1)
-        stat = mlp_statistic(seen[k], self.seer.statistic, self.seer.tau_abs)  # [B, P + G] float32
-        return stat[:, prefix_embeds.shape[1] :]  # [B, G]
-
-
-class StepZeroFullGraph(_Graph):
-    """Every layer's statistic, the end-token probability, and step 0's greedy predictions (DESIGN §4)."""
-
-    def forward(
-        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        layers = tuple(range(len(self.llada.model.layers)))
-        with capture_mlp(self.llada, layers) as seen:
-            logits = self.llada(prefix_embeds, gen_ids, segment_ids, position_ids)  # [B, G, V] float32
         answer = slice(prefix_embeds.shape[1], None)
-        stats = [mlp_statistic(seen[k], self.seer.statistic, self.seer.tau_abs)[:, answer] for k in layers]
-        probs = torch.softmax(logits, dim=-1)  # unsuppressed, as seer.step_zero reads p_end
-        p_end = probs[..., self.special.eot_id] + probs[..., self.special.endoftext_id]  # [B, G]
-        x0, confidence = greedy(suppress_masked(logits, gen_ids, self.special))
-        return torch.stack(stats, dim=1), p_end, x0, confidence
+        with capture_mlp(self.llada, (k,)) as seen:
+            hidden = self.llada.hidden_states(self._embeds(prefix_embeds, gen_ids), segment_ids, position_ids,
+                                              upto=k + 1)  # fmt: skip
+        stat = mlp_statistic(seen[k], self.seer.statistic, self.seer.tau_abs)[:, answer]  # [B, G] float32
+        if self.seer.signal != "probe":
+            return stat
+        weight = getattr(self, PROBE_INITIALIZER)
+        return stat, probe_score(normalise(hidden[:, answer]), self.seer, weight)  # [B, G] float32
 
 
 class DenoiseGraph(_Graph):
+    """The one window graph: every denoising step, and step zero at full depth (end-token signal)."""
+
     def forward(
         self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         logits = self.llada(prefix_embeds, gen_ids, segment_ids, position_ids)  # [B, G, V], answer positions only
-        return greedy(suppress_masked(logits, gen_ids, self.special))
+        return greedy(logits, gen_ids, self.special)
 
 
 class DenoiseLogitsGraph(_Graph):
@@ -124,7 +144,6 @@ MODULES: dict[str, Callable[[LLaDAV, SpecialTokens, SeerConfig], _Graph]] = {
     "embed": EmbedGraph,
     "vision": VisionGraph,
     "step_zero": StepZeroGraph,
-    "step_zero_full": StepZeroFullGraph,
     "denoise": DenoiseGraph,
     "denoise_logits": DenoiseLogitsGraph,
 }

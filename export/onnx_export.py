@@ -2,17 +2,21 @@
 
 In:  ``ExportOptions``: a registered model (or ``--checkpoint DIR``), the graphs, fp32 or fp16, the opset, the
      output folder.
-Out: ``OUT/{graph}.onnx`` (with ``{graph}.onnx.data`` when large), ``OUT/tokenizer/``, ``OUT/manifest.json``
-     (with the parity report of ``seer_export.parity``) and optionally Polygraphy goldens in ``OUT/goldens/``.
+Out: ``OUT/{graph}.onnx`` (structure), ``OUT/weights.data`` (every graph's tensors, each stored once; index in
+     ``OUT/weights.json``; ``seer_export.shared_weights``), ``OUT/tokenizer/``, ``OUT/manifest.json`` (with the
+     parity report of ``seer_export.parity``) and optionally Polygraphy goldens in ``OUT/goldens/``.
 
 One path for every model size, so the tiny fixture exercises what the 8B export runs:
 
     config.json ─► LLaDAV on the meta device (no storage) ─► torch.onnx.export(dynamo, optimize=False)
     safetensors headers ─► every initializer becomes a LazyTensor that reads its checkpoint tensor on demand
                            (a weight used only through Transpose is replaced by a lazily transposed one)
-    ─► optimize ─► axis names and precision checked against the spec ─► save (tensors stream to disk)
+    ─► optimize ─► axis names and precision checked against the spec
+    ─► initializers pointed into the shared weights file (a tensor is read and appended the first time a graph
+       uses it) ─► save the graph's structure
 
-so peak memory stays near one tensor plus the exporter's graph, not the model. Everything is written into a
+so peak memory stays near one tensor plus the exporter's graph, not the model, and the export's files hold each
+tensor once whatever the number of graphs. Everything is written into a
 temporary folder next to ``OUT`` and moved into place only when complete.
 """
 
@@ -33,14 +37,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seer_export.graphs import _Graph, build
+from seer_export.graphs import PROBE_INITIALIZER, _Graph, build
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import CheckpointTensors, check_state, load_state
 from seer_export.models.registry import get_entry, resolve
+from seer_export.shared_weights import SharedWeights
 from seer_trt.config import SpecialTokens
 from seer_trt.errors import CheckpointError, ConfigError, SeerError
-from seer_trt.graphs import GRAPH_NAMES, PRECISIONS, GraphSpec, LengthBuckets, graph_specs
+from seer_trt.graphs import (
+    GRAPH_NAMES,
+    PRECISIONS,
+    SAMPLING_GRAPHS,
+    SERVING_GRAPHS,
+    GraphSpec,
+    LengthBuckets,
+    graph_specs,
+)
 from seer_trt.integrity import checksums
 from seer_trt.manifest import (
     SCHEMA_VERSION,
@@ -55,11 +68,17 @@ from seer_trt.manifest import (
 from seer_trt.outfolder import check_target, is_collection, is_export, replace_folder
 
 OPSETS = (20, 21, 22)  # 23 turns SDPA into the ONNX Attention op, poorly supported by ORT CPU / TensorRT (§11)
-LARGE_BYTES = int(1.5 * 2**30)  # graphs with more weights than this are saved with external data
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # required; special_tokens_map.json if present
 EXAMPLE_SIZES = {"batch": 2, "prompt": 11, "answer": 7, "tiles": 2, "tokens": 5}  # distinct, > 1: nothing specialises
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16}
-ORIGINAL_NAME = "pkg.torch.onnx.original_node_name"  # an output-renamed initializer's parameter name
+ORIGINAL_NAME = "pkg.torch.onnx.original_node_name"
+VOCAB_REDUCTIONS = (
+    "Softmax",
+    "ReduceMax",
+    "ReduceSum",
+    "ReduceLogSumExp",
+    "ArgMax",
+)  # fp32 over the vocabulary  # an output-renamed initializer's parameter name
 
 
 class ExportError(SeerError):
@@ -75,7 +94,8 @@ class ExportOptions:
     out: Path | None = None  # output folder, replaced only when complete; None: engines/{model}-{dtype}
     dtype: str = "fp32"  # "fp32" | "fp16"
     opset: int = 20
-    graphs: tuple[str, ...] = GRAPH_NAMES
+    graphs: tuple[str, ...] = SERVING_GRAPHS
+    sampling: bool = False  # also export denoise_logits (temperature > 0, random remasking)
     validate: bool = True  # ONNX Runtime vs PyTorch per graph, and a Seer generation through the graphs
     force: bool = False  # replace a non-empty ``out``
     save_goldens: bool = False  # Polygraphy JSON inputs / outputs of the parity cases
@@ -97,7 +117,9 @@ class ExportOptions:
             raise ConfigError("--save-goldens stores the validation's inputs and outputs; drop --no-validate")
         if self.samples < 1:
             raise ConfigError(f"--samples must be >= 1, got {self.samples}")
-        object.__setattr__(self, "graphs", tuple(dict.fromkeys(self.graphs)))
+        object.__setattr__(
+            self, "graphs", tuple(dict.fromkeys(self.graphs + (SAMPLING_GRAPHS if self.sampling else ())))
+        )
         if self.out is None:  # a folder per export: engines/ itself holds a tracked README.md
             object.__setattr__(self, "out", Path("engines") / f"{self.model}-{self.dtype}")
         elif is_collection(self.out):  # --out engines/: the export goes into its own folder inside
@@ -210,8 +232,10 @@ def _read_weight(tensors: CheckpointTensors, key: str, dtype: torch.dtype, trans
     return ir.Tensor(tensor.numpy(), name=key)
 
 
-def attach_weights(graph, tensors: CheckpointTensors, prefix: str) -> None:
-    """Point every initializer at its checkpoint tensor, read only when saved (``onnx_ir.LazyTensor``).
+def attach_weights(graph, tensors: CheckpointTensors, prefix: str, extra: dict[str, np.ndarray] | None = None) -> None:
+    """Point every initializer at its checkpoint tensor, read only when stored (``onnx_ir.LazyTensor``, named by
+    its checkpoint key, ``KEY.T`` when transposed: ``seer_export.shared_weights`` stores each name once).
+    ``extra``: initializers that are no checkpoint tensor (the probe's weights), by name.
 
     The exporter writes ``x @ W.T`` as ``MatMul(x, Transpose(W))``; the optimizer would fold that Transpose by
     reading and copying every weight into memory. A weight whose only use is that Transpose is replaced here by
@@ -219,7 +243,11 @@ def attach_weights(graph, tensors: CheckpointTensors, prefix: str) -> None:
     """
     import onnx_ir as ir
 
+    extra = extra or {}
     for name, value in list(graph.initializers.items()):
+        if name in extra:
+            value.const_value = ir.Tensor(extra[name], name=name)
+            continue
         key = name.removeprefix(prefix)
         if key not in tensors:  # an initializer the exporter renamed after a graph output (image_newline)
             key = value.metadata_props.get(ORIGINAL_NAME, name).removeprefix(prefix)
@@ -240,7 +268,7 @@ def attach_weights(graph, tensors: CheckpointTensors, prefix: str) -> None:
             graph.register_initializer(folded)
         else:
             value.const_value = ir.LazyTensor(
-                partial(_read_weight, tensors, key, dtype, False), value.dtype, value.shape, name=name
+                partial(_read_weight, tensors, key, dtype, False), value.dtype, value.shape, name=key
             )
 
 
@@ -264,6 +292,13 @@ def detach_constant_outputs(graph) -> None:
         node.outputs[0].dtype, node.outputs[0].shape = value.dtype, value.shape
         graph.append(node)
         graph.outputs[i] = node.outputs[0]
+
+
+def strip_trace_metadata(graph) -> None:
+    """Drop the exporter's per-node trace (stack traces, FX nodes, module paths: about 1.3 KB per node, most of a
+    graph file's structure, and local paths in a shipped artifact); ``--verbose`` keeps it for debugging."""
+    for node in graph.all_nodes():
+        node.metadata_props.clear()
 
 
 def weights_bytes(graph) -> int:
@@ -291,10 +326,11 @@ def stamp_axes(model, spec: GraphSpec) -> None:
 
 
 def check_precision(model, spec: GraphSpec, vocab: int) -> None:
-    """In fp16 graphs the normalisation statistics, the vocabulary softmax and the Seer statistic stay fp32.
+    """In fp16 graphs the normalisation statistics, the vocabulary reductions and the Seer statistics stay fp32.
 
     RMSNorm's mean of squares and the statistic's mean are ReduceMean nodes; LayerNormalization (vision) keeps
-    its statistics in ``stash_type`` (1 = float32); the vocabulary Softmax is the one over a last axis of size V.
+    its statistics in ``stash_type`` (1 = float32); the vocabulary log-sum-exp (``seer_export.graphs.greedy``) is
+    the Softmax / ReduceMax / ReduceSum / ReduceLogSumExp / ArgMax over an input whose last axis has size V.
 
     Raises:
         ExportError: a node that must compute in float32 does not; the message names it.
@@ -308,9 +344,10 @@ def check_precision(model, spec: GraphSpec, vocab: int) -> None:
             bad.append(f"{node.name} (ReduceMean -> {out.dtype})")
         if node.op_type == "LayerNormalization" and node.attributes.get_int("stash_type", 1) != 1:
             bad.append(f"{node.name} (LayerNormalization stash_type != float32)")
-        if node.op_type == "Softmax" and out is not None and out.shape is not None and out.shape[-1] == vocab:
-            if out.dtype != ir.DataType.FLOAT:
-                bad.append(f"{node.name} (vocabulary Softmax -> {out.dtype})")
+        source = node.inputs[0] if node.inputs else None
+        if node.op_type in VOCAB_REDUCTIONS and source is not None and source.shape is not None and source.shape:
+            if source.shape[-1] == vocab and source.dtype != ir.DataType.FLOAT:
+                bad.append(f"{node.name} (vocabulary {node.op_type} over {source.dtype})")
     if bad:
         raise ExportError(
             f"{spec.name}: {len(bad)} node(s) that must compute in float32 do not: {bad[:4]}; the precision policy "
@@ -319,24 +356,31 @@ def check_precision(model, spec: GraphSpec, vocab: int) -> None:
 
 
 def export_graph(
-    spec: GraphSpec, precision: str, source: Source, opset: int, path: Path, verbose: bool = False
-) -> tuple[GraphEntry, dict[str, int]]:
-    """Trace one graph on the meta device, attach lazy weights, optimise and save it to ``path``.
+    spec: GraphSpec, precision: str, source: Source, opset: int, path: Path, weights: SharedWeights,
+    verbose: bool = False,
+) -> tuple[GraphEntry, dict[str, int]]:  # fmt: skip
+    """Trace one graph on the meta device, attach lazy weights, optimise, store its tensors and save it to ``path``.
 
     Args:
         spec: the graph's resolved contract (``seer_trt.graphs.graph_specs``).
         precision: "float32" or "float16": the dtype of weights and activations.
         source: the checked checkpoint.
         opset: ONNX opset (20-22).
-        path: the ``.onnx`` file to write; large weights go to ``path.data`` next to it.
+        path: the ``.onnx`` file to write (the graph's structure and its small constants).
+        weights: the export's shared weights file; the graph's tensors are appended to it unless already there.
         verbose: show the exporter's own output.
 
     Returns:
         Its manifest entry and a count of its ONNX ops by type.
     """
+    import onnx_ir as ir
+
     with torch.device("meta"):
         model = LLaDAV(source.config).to(TORCH_DTYPES[precision])
         module: _Graph = build(spec.name, model, source.special, source.config.seer)
+    extra = {}
+    if hasattr(module, PROBE_INITIALIZER):  # the probe's weights come from the calibration, not the checkpoint
+        extra[PROBE_INITIALIZER] = np.asarray(source.config.seer.probe_weights, dtype=np.float32)
     with quiet_exporter(verbose), torch.no_grad():
         program = torch.onnx.export(
             module,
@@ -349,17 +393,19 @@ def export_graph(
             optimize=False,
             verbose=verbose,
         )
-        attach_weights(program.model.graph, source.tensors, module.PREFIX)
+        attach_weights(program.model.graph, source.tensors, module.PREFIX, extra)
         program.optimize()
         detach_constant_outputs(program.model.graph)  # after optimize, which removes Identity nodes
     if program.model.opset_imports.get("") != opset:
         raise ExportError(f"{spec.name}: exported with opset {program.model.opset_imports.get('')}, asked for {opset}")
     stamp_axes(program.model, spec)
     check_precision(program.model, spec, source.config.text.vocab_size)
+    if not verbose:
+        strip_trace_metadata(program.model.graph)
     size = weights_bytes(program.model.graph)
-    external = size > LARGE_BYTES
+    shared = weights.store(program.model.graph)
     with quiet_exporter(verbose):
-        program.save(path, external_data=external)
+        ir.save(program.model, path)  # external tensors keep their place in the shared file
     ops: dict[str, int] = {}
     for node in program.model.graph.all_nodes():
         ops[node.op_type] = ops.get(node.op_type, 0) + 1
@@ -368,7 +414,7 @@ def export_graph(
         file=path.name,
         precision=precision,
         opset=opset,
-        external_data=f"{path.name}.data" if external else None,
+        external_data=weights.path.name if shared else None,
         size_bytes=size,
     )
     return entry, ops
@@ -511,17 +557,27 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
     stage(f"checkpoint {source.folder}: {len(source.tensors)} tensors, config and tokenizer checked")
     if options.validate:
         check_validation_memory(source, options)
-    specs = graph_specs(model_dims(source.config), options.precision, options.graphs)
+    seer = source.config.seer
+    specs = graph_specs(model_dims(source.config), options.precision, options.graphs, probe=seer.signal == "probe")
     with staging_folder(options.out, options.force) as staging:
         entries: dict[str, GraphEntry] = {}
-        for name, spec in specs.items():
-            path = staging / f"{name}.onnx"
-            entry, ops = export_graph(spec, options.precision, source, options.opset, path, options.verbose)
-            entries[name] = entry
-            stage(
-                f"exported {name}.onnx ({options.dtype}, {_size(entry.size_bytes)} of weights"
-                f"{', external data' if entry.external_data else ''}, {ops.get('MatMul', 0)} MatMul)"
-            )
+        weights = SharedWeights(staging)
+        try:
+            for name, spec in specs.items():
+                path = staging / f"{name}.onnx"
+                before = weights.size
+                entry, ops = export_graph(spec, options.precision, source, options.opset, path, weights,
+                                          options.verbose)  # fmt: skip
+                entries[name] = entry
+                added = weights.size - before
+                stage(
+                    f"exported {name}.onnx ({options.dtype}, {_size(entry.size_bytes)} of weights, "
+                    f"{_size(added)} new in {weights.path.name}, {ops.get('MatMul', 0)} MatMul)"
+                )
+        finally:
+            stored = weights.close()
+        stage(f"{stored.file}: {stored.tensors} tensors, {_size(stored.size_bytes)}, each stored once for "
+              f"{len(entries)} graph(s)")  # fmt: skip
         (staging / TOKENIZER_DIR).mkdir()
         for file in (*TOKENIZER_FILES, "special_tokens_map.json"):
             if (source.folder / file).is_file():
@@ -533,13 +589,14 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
             special_tokens=source.special,
             tokenizer=TOKENIZER_DIR,
             system_prompt=source.config.system_prompt,
-            seer=source.config.seer,
+            seer=seer,
             generation=source.config.generation,
             precision=options.precision,
             graphs=entries,
             buckets=default_buckets(source.config),
             versions=versions(options.opset),
             parity=ParityReport(status="skipped", reference="", note="--no-validate"),
+            weights=stored,
         )
         if options.validate:
             from seer_export.parity import summary_table, validate

@@ -28,7 +28,6 @@ from seer_export.graphs import build
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import load_model
 from seer_trt.backend import OrtBackend
-from seer_trt.config import SeerConfig
 from seer_trt.errors import ConfigError
 from seer_trt.graphs import TOKEN_AGREEMENT, GraphSpec, TensorSpec, tolerance
 from seer_trt.layout import left_pad, window_layout
@@ -229,12 +228,6 @@ def answer_positions(tokens: np.ndarray, kept: np.ndarray, eot_id: int) -> np.nd
     return positions < end[:, None]
 
 
-def describe(seer: SeerConfig) -> str:
-    """``paper: mlp_sparsity abs_below @ layer 3``: how the report names a detector."""
-    where = f" {seer.statistic} @ layer {seer.probe_layer}" if seer.signal == "mlp_sparsity" else ""
-    return f"{seer.label}: {seer.signal}{where}"
-
-
 def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path, samples: int) -> EndToEnd | None:
     """Seer through the runtime's pipeline on the exported graphs vs ``seer_generate`` in PyTorch, on held-out
     fixture prompts; None when the export lacks a graph the generation needs."""
@@ -245,7 +238,7 @@ def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path
     from seer_trt.tasks import make_samples
 
     seer = manifest.seer
-    zero = step_zero_graph(seer, manifest.model.num_layers)
+    zero = step_zero_graph(seer)
     if any(g not in manifest.graphs for g in ("embed", "vision", zero, "denoise")):
         return None
     gen = dataclasses.replace(manifest.generation, temperature=0.0, remasking="low_confidence")
@@ -272,7 +265,7 @@ def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path
         seed=HELD_OUT_SEED,
         gen_length=gen.gen_length,
         steps=gen.steps,
-        detector=describe(seer),
+        detector=seer.describe(),
         token_agreement=agreement,
         window_agreement=float(same.mean()),
         answer_match=float((same | ~answer).all(axis=1).mean()),

@@ -12,6 +12,14 @@ buffers allocated once per (graph, shape), per thread, so a loop over a static b
 step; those bindings are kept least recently used first out within ``cache_bytes`` of outputs per thread, so a
 long-running server that sees every length stays bounded. Sessions are shared between threads (ONNX Runtime's
 ``run`` is thread-safe), bindings are not.
+
+Weights are loaded once across sessions (DESIGN §5): every graph of an export reads its tensors from one shared
+file, which ``OrtBackend`` memory-maps and hands to each session as shared initializers
+(``SessionOptions.add_initializer``), one ``OrtValue`` per tensor; its pages are read once, on first use, and
+shared with other processes mapping the same file. That needs ONNX Runtime's weight prepacking off: a session
+would otherwise keep its own packed copy of every MatMul weight (on the CPU: a few to 30 % slower steps on the
+fixture, for one copy of the weights instead of one per session). ``share_weights=False`` restores per-session
+loading and prepacking. CPU provider only: CUDA / TensorRT sessions load their own copy onto the device.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import numpy as np
 
 from seer_trt.errors import ConfigError, ManifestError
 from seer_trt.graphs import GraphSpec, LengthBuckets
-from seer_trt.manifest import Manifest
+from seer_trt.manifest import Manifest, read_weights_index
 
 PROVIDERS = {  # --provider value -> ONNX Runtime execution provider
     "cpu": "CPUExecutionProvider",
@@ -71,7 +79,7 @@ class OrtBackend:
     """ONNX Runtime over an export folder; sessions open on first use of each graph."""
 
     def __init__(self, folder: str | Path, manifest: Manifest, provider: str = "cpu", threads: int = 0,
-                 cache_bytes: int = BINDING_CACHE_BYTES) -> None:  # fmt: skip
+                 cache_bytes: int = BINDING_CACHE_BYTES, share_weights: bool = True) -> None:  # fmt: skip
         """
         Args:
             folder: the export folder (``manifest.json`` and the graphs).
@@ -79,6 +87,7 @@ class OrtBackend:
             provider: "cpu", "cuda" or "tensorrt".
             threads: intra-op threads per session, 0 for ONNX Runtime's default.
             cache_bytes: output bytes of the bindings kept per thread (the most recent one is always kept).
+            share_weights: load each tensor of the shared weights file once for every session (CPU provider).
 
         Raises:
             ConfigError: an unknown provider, or one this ONNX Runtime build does not offer; negative threads.
@@ -109,6 +118,8 @@ class OrtBackend:
                 raise ManifestError(
                     f"graph {name!r}: {self.folder / entry.file} is missing; re-export with seer-export --out {folder}"
                 )
+        self.share_weights = share_weights and provider == "cpu" and manifest.weights is not None
+        self._shared: dict[str, tuple[np.ndarray, object]] | None = None  # name -> (mapped array, its OrtValue)
         self._sessions: dict[str, object] = {}
         self._lock = threading.Lock()
         self._local = threading.local()  # per thread: a BindingCache
@@ -127,6 +138,10 @@ class OrtBackend:
         options.log_severity_level = 3
         if self.threads:
             options.intra_op_num_threads = self.threads
+        if self.share_weights:
+            options.add_session_config_entry("session.disable_prepacking", "1")  # a packed copy per session otherwise
+            for name, (_, value) in self._shared_weights().items():
+                options.add_initializer(name, value)  # a name the graph lacks is ignored by ONNX Runtime
         path = self.folder / entry.file
         try:
             sess = ort.InferenceSession(str(path), options, providers=[self.provider])
@@ -139,6 +154,30 @@ class OrtBackend:
             )
         check_io(graph, entry.spec, sess)
         return sess
+
+    def _shared_weights(self) -> dict[str, tuple[np.ndarray, object]]:
+        """The shared weights file, memory-mapped, as one OrtValue per tensor (made once; called under the lock).
+
+        Raises:
+            ManifestError: the file or its index is missing, or the file's size is not the manifest's.
+        """
+        if self._shared is None:
+            import onnxruntime as ort
+
+            info = self.manifest.weights
+            path = self.folder / info.file
+            size = path.stat().st_size if path.is_file() else None
+            if size != info.size_bytes:
+                found = "missing" if size is None else f"{size} bytes"
+                raise ManifestError(f"{path} is {found}, the manifest says {info.size_bytes} bytes; re-export with "
+                                    f"seer-export --out {self.folder}")  # fmt: skip
+            data = np.memmap(path, dtype=np.uint8, mode="r")
+            shared = {}
+            for name, t in read_weights_index(self.folder, info).items():
+                array = data[t.offset : t.offset + t.length].view(t.dtype).reshape(t.shape)
+                shared[name] = (array, ort.OrtValue.ortvalue_from_numpy(array))  # no copy: the array stays mapped
+            self._shared = shared
+        return self._shared
 
     def spec(self, graph: str) -> GraphSpec:
         return self.manifest.graph(graph).spec
@@ -182,6 +221,7 @@ class OrtBackend:
     def close(self) -> None:
         with self._lock:
             self._sessions.clear()
+            self._shared = None  # after the sessions that use them
         self._local = threading.local()
 
 
@@ -249,15 +289,15 @@ def check_io(graph: str, spec: GraphSpec, sess) -> None:
 
 
 def open_backend(folder: str | Path, manifest: Manifest, backend: str = "onnxruntime", provider: str = "cpu",
-                 threads: int = 0, cuda_graphs: bool = False) -> Backend:  # fmt: skip
-    """The backend named ``backend`` over an export folder: "onnxruntime" (``provider``, ``threads``), or
-    "tensorrt" / "tensorrt-rtx" (the plans ``seer-build`` recorded in the manifest; ``cuda_graphs``: replay CUDA
-    graphs at static bucket shapes)."""
+                 threads: int = 0, cuda_graphs: bool = False, share_weights: bool = True) -> Backend:  # fmt: skip
+    """The backend named ``backend`` over an export folder: "onnxruntime" (``provider``, ``threads``,
+    ``share_weights``), or "tensorrt" / "tensorrt-rtx" (the plans ``seer-build`` recorded in the manifest;
+    ``cuda_graphs``: replay CUDA graphs at static bucket shapes)."""
     if backend == "onnxruntime":
         if cuda_graphs:
             raise ConfigError("CUDA-graph replay is an option of the TensorRT backends; drop it, or pass --backend "
                               "tensorrt")  # fmt: skip
-        return OrtBackend(folder, manifest, provider, threads)
+        return OrtBackend(folder, manifest, provider, threads, share_weights=share_weights)
     if backend in ("tensorrt", "tensorrt-rtx"):
         from seer_trt.trt_backend import TrtBackend  # imports tensorrt only when it opens
 

@@ -202,6 +202,11 @@ def _build_all(trt, manifest: Manifest, plan: ProfilePlan, options: BuildOptions
         seconds = time.perf_counter() - t0
         engines[graph] = EngineFile(f"{live.name}/{name}", sha, profiles, size, round(seconds, 2))
         stage(f"built {live.name}/{name}: {len(profiles)} profile(s), {size / 2**20:.1f} MiB, {seconds:.1f} s")
+    total = sum(e.size_bytes for e in engines.values())
+    if manifest.weights is not None:  # a plan holds its own copy of every tensor its graph reads
+        stage(f"plans hold {total / 2**20:.1f} MiB in all for {manifest.weights.size_bytes / 2**20:.1f} MiB of weights "
+              f"({total / manifest.weights.size_bytes:.2f}x): each plan carries its own copy of the tensors its graph "
+              f"reads, and its kernels")  # fmt: skip
     cache_file = None
     if cache is not None:
         target = staging / TIMING_CACHE if options.timing_cache is None else options.timing_cache

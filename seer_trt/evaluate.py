@@ -112,9 +112,10 @@ def by_task(samples: list[Sample], hits: list[bool]) -> dict[str, dict[str, int]
     return dict(sorted(out.items()))
 
 
-def table(m: dict[str, Any], n: int, gen_length: int) -> str:
+def table(m: dict[str, Any], n: int, gen_length: int, detector: str = "") -> str:
+    """``detector``: what "seer" cut with (``SeerConfig.describe``), printed under the title."""
     lines = [
-        f"{n} held-out fixture prompts, gen_length {gen_length}",
+        f"{n} held-out fixture prompts, gen_length {gen_length}" + (f"; seer = {detector}" if detector else ""),
         "| mode | exact match | = baseline | premature cuts | kept / true | mean kept | mean steps |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -132,7 +133,7 @@ def table(m: dict[str, Any], n: int, gen_length: int) -> str:
     return "\n".join(lines)
 
 
-def plot(m: dict[str, Any], path: Path, gen_length: int) -> None:
+def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> None:
     """Histogram of L* minus the true length, and exact match per mode."""
     import matplotlib
 
@@ -146,7 +147,10 @@ def plot(m: dict[str, Any], path: Path, gen_length: int) -> None:
     ax1.set_xlabel("L* - true length (answer + <|eot_id|>)")
     ax1.set_ylabel("prompts")
     ax1.legend()
-    ax1.set_title(f"Seer cut, gen_length {gen_length}")
+    ax1.set_title(
+        f"Seer cut ({detector}), gen_length {gen_length}" if detector else f"Seer cut, gen_length {gen_length}",
+        fontsize=8,
+    )
     modes = list(m)
     ax2.bar(modes, [100 * m[k]["exact_match"] for k in modes], color=["0.5", "tab:blue", "tab:green"][: len(modes)])
     ax2.set_ylabel("exact match (%)")
@@ -169,7 +173,8 @@ def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_l
         "n": n,
         "seed": seed,
         "gen_length": gen,
-        "seer": dataclasses.asdict(pipe.manifest.seer),
+        "seer": dataclasses.asdict(pipe.seer),
+        "detector": pipe.seer.describe(),
         "git": git_sha(),
         "modes": m,
     }
@@ -196,11 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             require_extra("seer-eval --plot", ("matplotlib",))
         print(f"seer-eval: {args.n} prompts x {len(MODES)} modes ...", file=sys.stderr, flush=True)
         report = evaluate(args.engines, args.n, args.seed, args.gen_length)
-        print(table(report["modes"], args.n, report["gen_length"]))
+        print(table(report["modes"], args.n, report["gen_length"], report["detector"]))
         if args.json:
             write_json(args.json, report)
         if args.plot:
-            plot(report["modes"], args.plot, report["gen_length"])
+            plot(report["modes"], args.plot, report["gen_length"], report["detector"])
         return 0
     except (SeerError, OSError) as err:
         return fail("seer-eval", err, args.verbose)

@@ -13,10 +13,13 @@ probabilities and logits are float32 in every precision.
 
     prompt ids ──► embed ──┐
     pixel tiles ► vision ──┴► (runtime splices image features + newline) ► prefix_embeds [B, P, D]
-    prefix_embeds, gen_ids, segment_ids, position_ids ─► step_zero      ─► sparsity [B, G]
-                                                       ─► step_zero_full ─► sparsity_layers, p_end, x0, confidence
-                                                       ─► denoise        ─► x0, confidence
-                                                       ─► denoise_logits ─► logits
+    prefix_embeds, gen_ids, segment_ids, position_ids ─► step_zero      ─► sparsity (, probe_score) [B, G]
+                                                       ─► denoise        ─► x0, confidence, p_end [B, G]
+                                                       ─► denoise_logits ─► logits (only with --sampling)
+
+``step_zero`` is the early exit (embeddings + layers 0..k); ``denoise`` is the one full-depth window graph: every
+denoising step, and step zero itself when the calibration reads the end-token probability. Every graph of an
+export reads its weights from one shared file (``WEIGHTS_FILE``), each tensor stored once.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ PRECISIONS = {"fp32": "float32", "fp16": "float16"}  # --dtype value -> numpy / 
 DTYPES = ("float32", "float16", "int64", "int32")
 DYNAMIC_AXES = ("batch", "prompt", "answer", "seq", "tiles", "tokens")
 MODEL_AXES = ("hidden", "vocab", "layers", "image_size", "tile_tokens")
+WEIGHTS_FILE = "weights.data"  # the one external-data file every graph of an export reads its tensors from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +107,9 @@ WINDOW_INPUTS = (
     TensorSpec("position_ids", "int64", ("batch", "seq")),  # restart per packed segment
 )
 X0 = TensorSpec("x0", "int64", ("batch", "answer"), kind="index")  # greedy prediction, suppression applied
-CONFIDENCE = TensorSpec("confidence", "float32", ("batch", "answer"))  # softmax probability of x0
+CONFIDENCE = TensorSpec("confidence", "float32", ("batch", "answer"))  # probability of x0 (suppressed softmax)
+P_END = TensorSpec("p_end", "float32", ("batch", "answer"))  # p(<|eot_id|>) + p(<|endoftext|>), unsuppressed
+PROBE_SCORE = TensorSpec("probe_score", "float32", ("batch", "answer"))  # sigmoid(w . x / rms(x) + b) after layer k
 
 GRAPHS: dict[str, GraphSpec] = {
     g.name: g
@@ -126,39 +132,37 @@ GRAPHS: dict[str, GraphSpec] = {
         GraphSpec(
             "step_zero",
             WINDOW_INPUTS,
-            (TensorSpec("sparsity", "float32", ("batch", "answer"), kind="fraction"),),
-            "early exit: layers 0..probe only -> the Seer statistic at the probe layer",
+            (TensorSpec("sparsity", "float32", ("batch", "answer"), kind="fraction"), PROBE_SCORE),
+            "early exit: layers 0..k only -> the MLP statistic at layer k (and the probe's score where calibrated)",
         ),
         GraphSpec(
-            "step_zero_full",
+            "denoise",
             WINDOW_INPUTS,
-            (
-                TensorSpec("sparsity_layers", "float32", ("batch", "layers", "answer"), kind="fraction"),
-                TensorSpec("p_end", "float32", ("batch", "answer")),  # p(<|eot_id|>) + p(<|endoftext|>)
-                X0,
-                CONFIDENCE,
-            ),
-            "full depth: the statistic at every layer, end-token probability, and step 0's x0 / confidence",
+            (X0, CONFIDENCE, P_END),
+            "one full-depth step: greedy x0, its confidence, the end-token probability (step zero's fallback)",
         ),
-        GraphSpec("denoise", WINDOW_INPUTS, (X0, CONFIDENCE), "one denoising step: greedy x0 and its confidence"),
         GraphSpec(
             "denoise_logits",
             WINDOW_INPUTS,
             (TensorSpec("logits", "float32", ("batch", "answer", "vocab")),),
-            "one denoising step: suppressed logits, for sampling with temperature > 0",
+            "one denoising step: suppressed logits, for sampling with temperature > 0 (seer-export --sampling)",
         ),
     )
 }
 GRAPH_NAMES = tuple(GRAPHS)
+SERVING_GRAPHS = ("embed", "vision", "step_zero", "denoise")  # what seer-export writes by default
+SAMPLING_GRAPHS = ("denoise_logits",)  # added by seer-export --sampling (temperature > 0, random remasking)
 
 
-def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] = GRAPH_NAMES) -> dict[str, GraphSpec]:
+def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] = SERVING_GRAPHS,
+                probe: bool = False) -> dict[str, GraphSpec]:  # fmt: skip
     """Concrete specs of the graphs ``names`` for a model with ``dims`` exported in ``precision``.
 
     Args:
         dims: a size for every name in MODEL_AXES.
         precision: "float32" or "float16".
         names: which graphs, in export order.
+        probe: the calibration is a probe: ``step_zero`` also returns ``probe_score``.
     """
     missing = [a for a in MODEL_AXES if a not in dims]
     if missing:
@@ -168,7 +172,13 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
     unknown = [n for n in names if n not in GRAPHS]
     if unknown:
         raise ConfigError(f"unknown graph(s) {unknown}; choose from {GRAPH_NAMES}")
-    return {n: GRAPHS[n].resolve(precision, dims) for n in names}
+    specs = {n: GRAPHS[n].resolve(precision, dims) for n in names}
+    if "step_zero" in specs and not probe:
+        zero = specs["step_zero"]
+        specs["step_zero"] = dataclasses.replace(
+            zero, outputs=tuple(t for t in zero.outputs if t.name != "probe_score")
+        )
+    return specs
 
 
 @dataclasses.dataclass(frozen=True)

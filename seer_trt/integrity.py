@@ -27,8 +27,11 @@ class IntegrityError(ManifestError):
 
 
 def graph_files(manifest: Manifest) -> list[str]:
-    """Every file the graphs read, relative to the export folder, in graph order, each once."""
+    """Every file the graphs read, relative to the export folder, in graph order, each once (and the shared weights'
+    index, which the runtime maps the tensors by)."""
     files = [f for e in manifest.graphs.values() for f in (e.file, e.external_data) if f is not None]
+    if manifest.weights is not None:
+        files.append(manifest.weights.index)
     return list(dict.fromkeys(files))
 
 

@@ -11,7 +11,10 @@ minor only adds keys, which are ignored); another major is refused with the fix 
 frozen dataclass with ``to_dict`` / ``from_dict``; ``Manifest.read`` / ``write`` do the JSON.
 1.1 added ``builds`` (absent from 1.0 manifests, read as none). 1.2 added ``checksums`` (sha256 of every file the
 graphs read, ``seer_trt.integrity``), the image limits of ``VisionInfo`` and the ``buckets`` a build planned its
-profiles from (``EngineBuild``); absent from older manifests, read as none / the defaults.
+profiles from (``EngineBuild``); absent from older manifests, read as none / the defaults. 2.0: one window graph
+(``denoise`` gained ``p_end``; ``step_zero_full`` is gone), ``step_zero`` may return ``probe_score``, every graph
+reads one shared weights file (``weights``), and the Seer calibration gained a probe signal and a detector: 1.x
+exports are refused.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from seer_trt.errors import ManifestError, SeerError
 from seer_trt.graphs import GraphSpec, LengthBuckets, TensorSpec
 from seer_trt.profiles import Profile
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "2.0"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
+WEIGHTS_INDEX = "weights.json"  # name -> where in the shared weights file, one line per tensor
 
 
 def _take(data: Any, cls: type, where: str, lenient: bool) -> dict[str, Any]:
@@ -126,6 +130,49 @@ class GraphEntry:
         except (KeyError, TypeError) as err:
             raise ManifestError(f"{where}: malformed inputs/outputs ({err!r}); re-export it with seer-export") from None
         return cls(spec, data["file"], data["precision"], int(data["opset"]), data["external_data"], data["size_bytes"])
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredTensor:
+    """Where one tensor lies in the shared weights file."""
+
+    offset: int  # bytes from the file's start
+    length: int  # bytes
+    dtype: str  # numpy dtype name
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsInfo:
+    """The one external-data file every graph of the export reads its tensors from, each tensor stored once."""
+
+    file: str  # relative to the manifest (seer_trt.graphs.WEIGHTS_FILE)
+    index: str  # JSON index beside it: tensor name -> StoredTensor (WEIGHTS_INDEX)
+    size_bytes: int  # of the file, alignment padding included
+    tensors: int  # tensors in it
+
+
+def write_weights_index(path: Path, index: dict[str, StoredTensor]) -> None:
+    """The index as JSON, one tensor per line: ``{"NAME": [offset, length, "dtype", [shape]], ...}``."""
+    rows = [f"  {json.dumps(name)}: {json.dumps([t.offset, t.length, t.dtype, list(t.shape)])}"
+            for name, t in index.items()]  # fmt: skip
+    path.write_text("{\n" + ",\n".join(rows) + "\n}\n")
+
+
+def read_weights_index(folder: str | Path, info: WeightsInfo) -> dict[str, StoredTensor]:
+    """The shared weights file's index.
+
+    Raises:
+        ManifestError: the index is missing or malformed.
+    """
+    path = Path(folder) / info.index
+    try:
+        data = json.loads(path.read_text())
+        return {n: StoredTensor(int(o), int(k), str(d), tuple(int(v) for v in s)) for n, (o, k, d, s) in data.items()}
+    except FileNotFoundError:
+        raise ManifestError(f"{path} (the shared weights' index) is missing; re-export with seer-export") from None
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise ManifestError(f"{path} is not a weights index ({err}); re-export with seer-export") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +310,7 @@ class Manifest:
     buckets: LengthBuckets
     versions: Versions
     parity: ParityReport
+    weights: WeightsInfo | None = None  # the shared weights file (None: every graph holds its weights inline)
     engines: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # backend -> graph -> file
     builds: dict[str, EngineBuild] = dataclasses.field(default_factory=dict)  # builder -> what seer-build built
     checksums: dict[str, str] = dataclasses.field(default_factory=dict)  # file the graphs read -> its sha256
@@ -274,9 +322,9 @@ class Manifest:
             ManifestError: the export does not hold that graph.
         """
         if name not in self.graphs:
+            how = "seer-export --sampling" if name == "denoise_logits" else f"seer-export --graphs ... {name}"
             raise ManifestError(
-                f"this export has no {name!r} graph (it has {sorted(self.graphs)}); re-export with "
-                f"seer-export --graphs ... {name}"
+                f"this export has no {name!r} graph (it has {sorted(self.graphs)}); re-export with {how}"
             )
         return self.graphs[name]
 
@@ -298,6 +346,7 @@ class Manifest:
             "buckets": self.buckets.to_dict(),
             "versions": dataclasses.asdict(self.versions),
             "parity": self.parity.to_dict(),
+            "weights": None if self.weights is None else dataclasses.asdict(self.weights),
             "engines": {k: dict(v) for k, v in self.engines.items()},
             "builds": {k: b.to_dict() for k, b in self.builds.items()},
             "checksums": dict(self.checksums),
@@ -330,6 +379,8 @@ class Manifest:
             kw["buckets"] = LengthBuckets.from_dict(_take(kw["buckets"], LengthBuckets, "manifest buckets", lenient))
             kw["versions"] = Versions(**_take(kw["versions"], Versions, "manifest versions", lenient))
             kw["parity"] = ParityReport.from_dict(kw["parity"], lenient)
+            if kw.get("weights") is not None:
+                kw["weights"] = WeightsInfo(**_take(kw["weights"], WeightsInfo, "manifest weights", lenient))
             kw["engines"] = {str(k): dict(v) for k, v in kw.get("engines", {}).items()}
             kw["builds"] = {str(k): EngineBuild.from_dict(k, v, lenient) for k, v in kw.get("builds", {}).items()}
             sums = kw.get("checksums", {})

@@ -27,11 +27,11 @@ import numpy as np
 
 from seer_trt.backend import Backend, open_backend
 from seer_trt.boundary import detect
-from seer_trt.config import GenerationConfig
+from seer_trt.config import GenerationConfig, SeerConfig
 from seer_trt.denoise import Greedy, Sampled, denoise
 from seer_trt.dispatch import CostModel, DispatchPlan, plan_dispatch
 from seer_trt.embed import Image, ImageLimits, PromptEmbeds, PromptEncoder
-from seer_trt.errors import InputError, SeerError, describe
+from seer_trt.errors import ConfigError, InputError, SeerError, describe
 from seer_trt.layout import left_pad, packed_layout, padded_layout, window_layout
 from seer_trt.manifest import Manifest
 from seer_trt.schedule import plan_schedule, select_rows
@@ -143,13 +143,21 @@ class SeerPipeline:
     """The Seer pipeline over one export and one backend."""
 
     def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = "hybrid",
-                 tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None) -> None:  # fmt: skip
+                 tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None,
+                 seer: SeerConfig | None = None) -> None:  # fmt: skip
         """
         Args:
             image_limits: what an image may cost before it is decoded; None: the manifest's.
+            seer: a detector other than the export's calibration (``manifest.seer``): the end-token signal at full
+                depth (every export's ``denoise`` returns ``p_end``), or other detector settings of the signal the
+                ``step_zero`` graph was exported for.
+
+        Raises:
+            ConfigError: ``seer`` reads a signal the export's ``step_zero`` graph does not compute.
         """
         self.folder = Path(folder)
         self.manifest = manifest
+        self.seer = manifest.seer if seer is None else check_seer(seer, manifest)
         self.backend = backend
         self.encoder = PromptEncoder(folder, manifest, backend, image_limits)
         self.policy = policy
@@ -162,7 +170,7 @@ class SeerPipeline:
 
     @classmethod
     def from_manifest(cls, folder: str | Path, backend: str = "onnxruntime", provider: str = "cpu",
-                      threads: int = 0, verify: bool = False, cuda_graphs: bool = False,
+                      threads: int = 0, verify: bool = False, cuda_graphs: bool = False, share_weights: bool = True,
                       **options: Any) -> SeerPipeline:  # fmt: skip
         """Open an export folder.
 
@@ -172,7 +180,9 @@ class SeerPipeline:
             threads: ONNX Runtime intra-op threads (0: its default).
             verify: check every graph file against the sha256 the export recorded before opening it.
             cuda_graphs: TensorRT: replay CUDA graphs for calls at a static bucket shape.
-            options: ``SeerPipeline`` options (policy, tau_pad, short, image_limits).
+            share_weights: ONNX Runtime CPU: every session reads one memory map of the shared weights file
+                (``seer_trt.backend.OrtBackend``).
+            options: ``SeerPipeline`` options (policy, tau_pad, short, image_limits, seer).
 
         Raises:
             ManifestError: no manifest, a corrupt one, an unsupported schema, a graph file missing or (``verify``)
@@ -184,7 +194,8 @@ class SeerPipeline:
             from seer_trt.integrity import verify as verify_files
 
             verify_files(folder, manifest)
-        opened = open_backend(folder, manifest, backend, provider, threads, cuda_graphs=cuda_graphs)
+        opened = open_backend(folder, manifest, backend, provider, threads, cuda_graphs=cuda_graphs,
+                              share_weights=share_weights)  # fmt: skip
         return cls(folder, manifest, opened, **options)
 
     def generation(self, request: Request) -> GenerationConfig:
@@ -276,7 +287,7 @@ class SeerPipeline:
         cut to its ``windows`` entry, no step zero: the oracle when that is the true length).
         """
         special = self.manifest.special_tokens
-        seer = self.manifest.seer
+        seer = self.seer
         n = gen.gen_length
         embeds = [p.embeds for p in prompts]
         clock = {s: 0.0 for s in STAGES[1:]}
@@ -326,7 +337,7 @@ class SeerPipeline:
         parts = []
         for start in range(0, len(embeds), size):
             prefix, valid = left_pad(embeds[start : start + size])
-            parts.append(run_step_zero(self.backend, prefix, valid, n, self.manifest.seer))
+            parts.append(run_step_zero(self.backend, prefix, valid, n, self.seer))
         join = lambda xs: None if xs[0] is None else np.concatenate(xs)  # noqa: E731
         return StepZeroOut(*(join([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(StepZeroOut)))
 
@@ -357,6 +368,32 @@ class SeerPipeline:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def check_seer(seer: SeerConfig, manifest: Manifest) -> SeerConfig:
+    """``seer`` if the export can run it: the end-token signal always (``denoise`` returns ``p_end``); an MLP
+    statistic or a probe only as the export's ``step_zero`` graph computes it (the layer, statistic and probe
+    are baked into the graph; the detector's settings are not).
+
+    Raises:
+        ConfigError: the signal differs from what the export's step_zero graph computes.
+    """
+    if seer.full_depth:
+        return seer
+    baked = manifest.seer
+    fields = ["probe_layer", "statistic", "tau_abs"]
+    if seer.signal == "probe":
+        fields += ["signal", "probe_weights", "probe_bias"]
+    differ = [f for f in fields if getattr(seer, f) != getattr(baked, f)]
+    if "step_zero" not in manifest.graphs or differ:
+        computes = f"the {baked.statistic} statistic at layer {baked.probe_layer}"
+        computes += " and its probe" if baked.signal == "probe" else ""
+        raise ConfigError(
+            f"this export's step_zero graph computes {computes}; the detector {seer.name} differs in "
+            f"{differ or ['graphs: no step_zero']}: use the end-token signal (any export), or re-export with that "
+            f"calibration"
+        )
+    return seer
 
 
 def answer_ids(row: np.ndarray, eot_id: int) -> list[int]:

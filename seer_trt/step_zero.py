@@ -4,8 +4,10 @@ In:  left-padded prompt embeddings [B, P, D], their validity [B, P], the window 
 Out: ``StepZeroOut``: the profile [B, N] the boundary rule reads, and for a full-depth pass step 0's greedy
      ``x0`` / ``confidence`` [B, N], which the denoising loop reuses as its own step 0.
 
-``step_zero`` is the early exit (layers 0..k, the paper's setting); ``step_zero_full`` runs every layer and is
-needed by the ``end_token_prob`` signal or a last-layer probe (``SeerConfig.needs_full_depth``).
+An MLP statistic or a probe at layer k runs the early-exit ``step_zero`` graph (embeddings + layers 0..k); the
+denoising loop then runs step 0 on the truncated window. The end-token signal (``SeerConfig.full_depth``, the
+labelled fallback) runs the one window graph ``denoise`` over the all-mask window: its ``p_end`` is the profile
+and its ``x0`` / ``confidence`` over the kept positions are step 0's, so that pass is not paid twice.
 """
 
 from __future__ import annotations
@@ -21,21 +23,21 @@ from seer_trt.layout import window_layout
 
 @dataclasses.dataclass(frozen=True)
 class StepZeroOut:
-    profile: np.ndarray  # [B, N] float32: the signal the calibration names (sparsity at layer k, or p_end)
+    profile: np.ndarray  # [B, N] float32: the signal the calibration names (sparsity or probe at layer k, or p_end)
     x0: np.ndarray | None  # [B, N] int64: step 0's greedy prediction (full depth only)
     confidence: np.ndarray | None  # [B, N] float32: its probability (full depth only)
 
 
-def step_zero_graph(seer: SeerConfig, num_layers: int) -> str:
-    """The graph a calibration needs at step zero."""
-    return "step_zero_full" if seer.needs_full_depth(num_layers) else "step_zero"
+def step_zero_graph(seer: SeerConfig) -> str:
+    """The graph a calibration runs at step zero: the early exit, or the full-depth window graph."""
+    return "denoise" if seer.full_depth else "step_zero"
 
 
 def run_step_zero(backend: Backend, prefix: np.ndarray, valid: np.ndarray, n: int, seer: SeerConfig) -> StepZeroOut:
     """One step-zero pass over an all-mask window of ``n`` positions.
 
     Args:
-        backend: holds the step-zero graph the manifest was exported with.
+        backend: holds the graphs the manifest was exported with.
         prefix: [B, P, D] left-padded prompt embeddings.
         valid: [B, P] bool, False on left padding.
         n: the untruncated answer window N.
@@ -50,9 +52,8 @@ def run_step_zero(backend: Backend, prefix: np.ndarray, valid: np.ndarray, n: in
         "segment_ids": segment_ids,
         "position_ids": position_ids,
     }
-    graph = step_zero_graph(seer, manifest.model.num_layers)
-    out = backend.run(graph, feeds)
-    if graph == "step_zero":
-        return StepZeroOut(out["sparsity"].copy(), None, None)
-    profile = out["p_end"] if seer.signal == "end_token_prob" else out["sparsity_layers"][:, seer.probe_layer]
-    return StepZeroOut(profile.copy(), out["x0"].copy(), out["confidence"].copy())
+    out = backend.run(step_zero_graph(seer), feeds)
+    if seer.full_depth:
+        return StepZeroOut(out["p_end"].copy(), out["x0"].copy(), out["confidence"].copy())
+    profile = out["probe_score"] if seer.signal == "probe" else out["sparsity"]
+    return StepZeroOut(profile.copy(), None, None)

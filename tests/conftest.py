@@ -35,6 +35,6 @@ def fixture_export(tmp_path_factory) -> tuple[Path, object, str]:
     out = tmp_path_factory.mktemp("fixture") / "engines"
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        rc = main(["--out", str(out), "--samples", "8", "--save-goldens"])
+        rc = main(["--out", str(out), "--samples", "8", "--save-goldens", "--sampling"])
     assert rc == 0, stderr.getvalue()
     return out, Manifest.read(out), stdout.getvalue()

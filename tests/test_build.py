@@ -96,8 +96,10 @@ def test_rtx_build_writes_plans_with_their_profiles_and_records_them(trt, rtx_bu
         assert engine.size_bytes == len(plan) > 0
         _, diagnostics = runtime.get_engine_validity(plan[: runtime.engine_header_size])
         assert diagnostics & bad == 0, (graph, diagnostics)  # a well-formed plan of this TensorRT-RTX
-        assert engine.onnx_sha256 == hashlib.sha256((folder / f"{graph}.onnx").read_bytes()).hexdigest()
+        source = (folder / f"{graph}.onnx").read_bytes() + (folder / manifest.weights.file).read_bytes()
+        assert engine.onnx_sha256 == hashlib.sha256(source).hexdigest()  # the graph and the weights it reads
     assert "built tensorrt-rtx/step_zero.plan: 2 profile(s)" in out
+    assert "plans hold" in out and "of weights" in out  # what a serving GPU holds
     assert f"[1] batch 1..16 (opt 4), prompt 1..{prompt[-1]} (opt {prompt_range.opt}), answer 17..64 (opt 64)" in out
 
 

@@ -1,7 +1,8 @@
 """seer-export (DESIGN §4-5): the ONNX graphs against the PyTorch reference, the manifest they come with, the CLI.
 
-Two exports per module run, each graph once: the bundled fixture in fp32 through the CLI (the command a user
-runs), and a tiny random LLaDA-V in fp16. Beyond the parity report the export writes itself, the graphs are
+Exports per module run, each graph once: the bundled fixture in fp32 through the CLI (the command a user runs,
+calibrated to a probe), the fixture in fp16, and a tiny random LLaDA-V calibrated to the MLP rule at layer 1 (the
+paper's path). Beyond the parity report the export writes itself, the graphs are
 checked here against the reference code paths (``sampler.suppress_special``, ``seer.step_zero``), not against
 the modules they were traced from, and left-padded / packed rows against the same rows run alone.
 """
@@ -30,10 +31,10 @@ from seer_export.models.registry import FIXTURE_DIR
 from seer_export.onnx_export import ExportError, ExportOptions, open_source, run_export
 from seer_export.random_checkpoint import write_random_checkpoint
 from seer_export.sampler import suppress_special
-from seer_export.seer import step_zero
+from seer_export.seer import seer_generate, step_zero
 from seer_trt.backend import OrtBackend
 from seer_trt.config import GenerationConfig, SeerConfig
-from seer_trt.graphs import GRAPH_NAMES, TOLERANCES
+from seer_trt.graphs import SERVING_GRAPHS, TOLERANCES, WEIGHTS_FILE
 from seer_trt.layout import left_pad
 from seer_trt.layout import window_layout as np_window_layout
 from seer_trt.manifest import Manifest
@@ -83,13 +84,10 @@ def random_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def fixture_fp16(tmp_path_factory) -> tuple[Path, Manifest]:
-    """The bundled fixture in fp16: the graphs the end-to-end check needs (a random model's near-ties would make
-    fp16 token agreement a coin toss; the trained fixture's predictions are decisive, as a real model's are)."""
+    """The bundled fixture in fp16 (a random model's near-ties would make fp16 token agreement a coin toss; the
+    trained fixture's predictions are decisive, as a real model's are)."""
     out = tmp_path_factory.mktemp("fixture16") / "engines"
-    cfg = LLaDAVConfig.from_file(FIXTURE_DIR / "config.json")
-    zero = "step_zero_full" if cfg.seer.needs_full_depth(cfg.text.num_hidden_layers) else "step_zero"
-    options = ExportOptions(out=out, dtype="fp16", graphs=("embed", "vision", zero, "denoise"), samples=8)
-    return out, run_export(options, log=lambda line: None)
+    return out, run_export(ExportOptions(out=out, dtype="fp16", samples=8), log=lambda line: None)
 
 
 def window_inputs(model: LLaDAV, prompts, kept, g: int, mask_id: int, seed: int = 0, all_masks: bool = False):
@@ -114,9 +112,10 @@ def torch_inputs(feeds):
 
 def test_cli_writes_every_graph_tokenizer_and_manifest(fixture_export):
     out, manifest, stdout = fixture_export
-    assert list(manifest.graphs) == list(GRAPH_NAMES)
+    assert list(manifest.graphs) == [*SERVING_GRAPHS, "denoise_logits"]  # the session export asks for --sampling
     for entry in manifest.graphs.values():
-        assert (out / entry.file).is_file() and entry.external_data is None and entry.precision == "float32"
+        assert (out / entry.file).is_file() and entry.external_data == WEIGHTS_FILE and entry.precision == "float32"
+    assert manifest.weights.file == WEIGHTS_FILE and (out / WEIGHTS_FILE).stat().st_size == manifest.weights.size_bytes
     assert (out / "tokenizer" / "tokenizer.json").is_file()
     assert "chat_template" in (out / "tokenizer" / "tokenizer_config.json").read_text()
     assert manifest.versions.opset == 20 and manifest.seer == LLaDAVConfig.from_file(FIXTURE_DIR / "config.json").seer
@@ -149,7 +148,7 @@ def test_goldens_load_with_polygraphy(fixture_export):
     results = RunResults.load(str(out / "goldens" / "denoise.outputs.json"))
     assert len(feeds) == len(results["pytorch"]) >= 4
     assert set(feeds[0]) == {t.name for t in manifest.graph("denoise").spec.inputs}
-    assert set(results["pytorch"][0].keys()) == {"x0", "confidence"}
+    assert set(results["pytorch"][0].keys()) == {"x0", "confidence", "p_end"}
 
 
 # --- the graphs against the reference code paths -----------------------------------------------------------------
@@ -157,7 +156,8 @@ def test_goldens_load_with_polygraphy(fixture_export):
 
 @pytest.mark.parametrize("prompts, kept, g", SHAPES)
 def test_denoise_graphs_match_the_reference_sampler(fixture_export, fixture_model, prompts, kept, g):
-    """x0 / confidence / logits as ``sampler.generate`` computes them from ``LLaDAV.forward``."""
+    """x0 / confidence / logits as ``sampler.generate`` computes them from ``LLaDAV.forward``; p_end as
+    ``seer.step_zero`` reads it (the unsuppressed softmax)."""
     out, manifest, _ = fixture_export
     special = manifest.special_tokens
     feeds, _ = window_inputs(fixture_model, prompts, kept, g, special.mask_id, seed=len(prompts))
@@ -165,6 +165,8 @@ def test_denoise_graphs_match_the_reference_sampler(fixture_export, fixture_mode
     got = {**graphs.run("denoise", **feeds), **graphs.run("denoise_logits", **feeds)}
     with torch.no_grad():
         logits = fixture_model(*torch_inputs(feeds))
+    p = torch.softmax(logits.double(), -1)
+    p_end = (p[..., special.eot_id] + p[..., special.endoftext_id]).numpy()
     logits = suppress_special(logits, torch.from_numpy(feeds["gen_ids"] == special.mask_id), special)
     x0 = logits.argmax(-1)
     conf = torch.softmax(logits.double(), -1).gather(-1, x0[..., None])[..., 0]
@@ -172,23 +174,26 @@ def test_denoise_graphs_match_the_reference_sampler(fixture_export, fixture_mode
     np.testing.assert_array_equal(got["x0"], x0.numpy())
     np.testing.assert_allclose(got["confidence"], conf.numpy(), atol=tol.atol, rtol=tol.rtol)
     np.testing.assert_allclose(got["logits"], logits.numpy(), atol=tol.atol, rtol=tol.rtol)  # -inf == -inf
+    np.testing.assert_allclose(got["p_end"], p_end, atol=tol.atol, rtol=tol.rtol)
 
 
 @pytest.mark.parametrize("prompts, kept, g", SHAPES)
 def test_step_zero_graphs_match_the_seer_reference(fixture_export, fixture_model, prompts, kept, g):
-    """sparsity, every layer's statistic and p_end as ``seer.step_zero`` records them with hooks."""
+    """The early exit's statistic and probe score, and the window graph's p_end on an all-mask window, as
+    ``seer.step_zero`` records them with hooks."""
     out, manifest, _ = fixture_export
     seer, special = manifest.seer, manifest.special_tokens
+    assert seer.signal == "probe"  # the bundled calibration
     feeds, valid = window_inputs(fixture_model, prompts, (g,) * len(prompts), g, special.mask_id, all_masks=True)
     graphs = Graphs(OrtBackend(out, manifest))
-    early = graphs.run("step_zero", **feeds)["sparsity"]
-    full = graphs.run("step_zero_full", **feeds)
+    early = graphs.run("step_zero", **feeds)
+    full = graphs.run("denoise", **feeds)
     prefix = torch.from_numpy(feeds["prefix_embeds"])
-    zero = step_zero(fixture_model, prefix, torch.from_numpy(valid), g, special, tau_abs=seer.tau_abs)
+    zero = step_zero(fixture_model, prefix, torch.from_numpy(valid), g, special, tau_abs=seer.tau_abs, residual=True)
     stats = zero.abs_below if seer.statistic == "abs_below" else zero.gate_negative  # [B, layers, G]
     atol = TOLERANCES[("float32", "fraction")].atol
-    np.testing.assert_allclose(early, stats[:, seer.probe_layer], atol=atol)
-    np.testing.assert_allclose(full["sparsity_layers"], stats, atol=atol)
+    np.testing.assert_allclose(early["sparsity"], stats[:, seer.probe_layer], atol=atol)
+    np.testing.assert_allclose(early["probe_score"], zero.profile(seer), atol=1e-5)
     np.testing.assert_allclose(full["p_end"], zero.p_end, atol=1e-5)
 
 
@@ -225,6 +230,7 @@ def test_left_padded_and_packed_rows_equal_the_rows_alone(fixture_export, fixtur
     np.testing.assert_array_equal(den["x0"][0], np.concatenate([rows[0][1]["x0"][0], rows[1][1]["x0"][0]]))
     np.testing.assert_allclose(den["confidence"][0, :g1], rows[0][1]["confidence"][0], atol=1e-5)
     np.testing.assert_allclose(zero["sparsity"][0, g1:], rows[1][2]["sparsity"][0], atol=atol)
+    np.testing.assert_allclose(zero["probe_score"][0, :g1], rows[0][2]["probe_score"][0], atol=1e-5)
 
 
 def test_graphs_agree_with_torch_window_layout(fixture_model):
@@ -242,15 +248,55 @@ def test_step_zero_graph_stops_at_the_probe_layer(fixture_export):
 
     out, manifest, _ = fixture_export
     k = manifest.seer.probe_layer
-    model = onnx.load(str(out / "step_zero.onnx"))
+    model = onnx.load(str(out / "step_zero.onnx"), load_external_data=False)
     names = [i.name for i in model.graph.initializer]
     layers = {int(n.split("layers.")[1].split(".")[0]) for n in names if "layers." in n}
     assert layers == set(range(k + 1))  # nothing past layer k
     assert not any("lm_head" in n or n.startswith("model.norm") for n in names)
     matmuls = sum(n.op_type == "MatMul" for n in model.graph.node)
-    assert matmuls <= 9 * (k + 1)  # q, k, v, o, QK^T, AV, gate, up, down per layer; no head
-    full = onnx.load(str(out / "step_zero_full.onnx"))
+    assert matmuls <= 9 * (k + 1) + 1  # q, k, v, o, QK^T, AV, gate, up, down per layer, the probe; no head
+    full = onnx.load(str(out / "denoise.onnx"), load_external_data=False)
     assert sum(n.op_type == "MatMul" for n in full.graph.node) == 9 * manifest.model.num_layers + 1
+
+
+def _stored_tensors(folder: Path) -> list[tuple[str, str, bytes]]:
+    """(file, initializer, bytes) of every tensor of every graph of an export, inline or external."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    out = []
+    for path in sorted(folder.glob("*.onnx")):
+        model = onnx.load(str(path), load_external_data=False)
+        for t in model.graph.initializer:
+            if uses_external_data(t):
+                info = {e.key: e.value for e in t.external_data}
+                with open(folder / info["location"], "rb") as f:
+                    f.seek(int(info["offset"]))
+                    out.append((f"{info['location']}@{info['offset']}", t.name, f.read(int(info["length"]))))
+            else:
+                out.append((path.name, t.name, onnx.numpy_helper.to_array(t).tobytes()))
+    return out
+
+
+def test_no_two_files_of_an_export_hold_the_same_tensor_bytes(fixture_export):
+    """Every checkpoint tensor lives once, in the shared weights file, whatever the number of graphs reading it; the
+    .onnx files keep only the exporter's small constants (shapes, scalars)."""
+    from seer_export.shared_weights import INLINE_BYTES
+
+    out, manifest, _ = fixture_export
+    stored = _stored_tensors(out)
+    places: dict[bytes, set[str]] = {}
+    for where, _, data in stored:
+        places.setdefault(data, set()).add(where.split("@")[0] if where.endswith(".onnx") else where)
+    big = {data: where for data, where in places.items() if len(data) > INLINE_BYTES}
+    assert all(len(where) == 1 for where in big.values()), [w for w in big.values() if len(w) > 1][:3]
+    assert all(w.startswith(WEIGHTS_FILE) for where in big.values() for w in where)
+    external = {name for where, name, _ in stored if where.startswith(WEIGHTS_FILE)}
+    assert "model.embed_tokens.weight" in external and "model.layers.0.input_layernorm.weight" in external  # 512 B
+    assert len({where for where, _, _ in stored if where.startswith(WEIGHTS_FILE)}) == manifest.weights.tensors
+    weights = sum(p.numel() * 4 for p in load_model(FIXTURE_DIR).parameters())
+    files = sum(p.stat().st_size for p in out.iterdir() if p.is_file())  # graphs, weights, index, manifest
+    assert files <= 1.2 * weights, (files, weights)  # was 3.8x with a copy of the weights per graph
 
 
 # --- fp16 ---------------------------------------------------------------------------------------------------------
@@ -277,28 +323,78 @@ def test_fp16_graphs_keep_statistics_in_fp32(fixture_fp16):
         assert bool(means) == (name not in ("embed", "vision"))
     denoise = ir.load(out / "denoise.onnx")
     vocab = manifest.model.vocab_size
-    softmax = [n for n in denoise.graph.all_nodes() if n.op_type == "Softmax" and n.outputs[0].shape[-1] == vocab]
-    assert softmax and all(n.outputs[0].dtype == ir.DataType.FLOAT for n in softmax)
-    assert [v.dtype for v in denoise.graph.outputs] == [ir.DataType.INT64, ir.DataType.FLOAT]
+    over_vocab = [n for n in denoise.graph.all_nodes() if n.op_type in ("ReduceMax", "ReduceSum", "ArgMax")
+                  and n.inputs[0].shape is not None and n.inputs[0].shape[-1] == vocab]  # fmt: skip
+    assert {n.op_type for n in over_vocab} == {"ReduceMax", "ReduceSum", "ArgMax"}  # the one log-sum-exp, argmax
+    assert all(n.inputs[0].dtype == ir.DataType.FLOAT for n in over_vocab)
+    assert not [n for n in denoise.graph.all_nodes() if n.op_type == "Softmax" and n.outputs[0].shape[-1] == vocab]
+    assert [v.dtype for v in denoise.graph.outputs] == [ir.DataType.INT64, ir.DataType.FLOAT, ir.DataType.FLOAT]
 
 
-def test_large_graphs_use_external_data_and_other_opsets(random_checkpoint, tmp_path, monkeypatch):
+def test_graphs_of_another_opset_share_one_weights_file(random_checkpoint, tmp_path):
     import onnx
     import onnxruntime as ort
 
+    from seer_export.shared_weights import SharedWeights
     from seer_trt.graphs import graph_specs
 
-    monkeypatch.setattr(onnx_export, "LARGE_BYTES", 0)
     source = open_source("tiny-llada-v", random_checkpoint)
-    spec = graph_specs(onnx_export.model_dims(source.config), "float32", ("embed",))["embed"]
-    entry, _ = onnx_export.export_graph(spec, "float32", source, 22, tmp_path / "embed.onnx")
-    assert entry.external_data == "embed.onnx.data" and (tmp_path / "embed.onnx.data").is_file()
-    model = onnx.load(str(tmp_path / "embed.onnx"), load_external_data=False)
-    assert {o.domain: o.version for o in model.opset_import}[""] == 22
+    specs = graph_specs(onnx_export.model_dims(source.config), "float32", ("embed", "denoise"))
+    weights = SharedWeights(tmp_path)
+    entries = {n: onnx_export.export_graph(s, "float32", source, 22, tmp_path / f"{n}.onnx", weights)[0]
+               for n, s in specs.items()}  # fmt: skip
+    info = weights.close()
+    assert entries["embed"].external_data == entries["denoise"].external_data == WEIGHTS_FILE
+    assert info.size_bytes == (tmp_path / WEIGHTS_FILE).stat().st_size and (tmp_path / info.index).is_file()
+    embed = onnx.load(str(tmp_path / "embed.onnx"), load_external_data=False)
+    assert {o.domain: o.version for o in embed.opset_import}[""] == 22
+    table = next(source.tensors.read(["model.embed_tokens.weight"]))[1].numpy()
+    assert info.size_bytes < 1.1 * sum(p.numel() * 4 for p in load_model(random_checkpoint).parameters())
     sess = ort.InferenceSession(str(tmp_path / "embed.onnx"), providers=["CPUExecutionProvider"])
     ids = np.array([[1, 5, 9]], dtype=np.int64)
-    table = next(source.tensors.read(["model.embed_tokens.weight"]))[1].numpy()
     np.testing.assert_array_equal(sess.run(None, {"input_ids": ids})[0][0], table[ids[0]])
+
+
+@pytest.fixture(scope="module")
+def paper_path_export(random_checkpoint, tmp_path_factory) -> tuple[Path, Manifest]:
+    """The random checkpoint's export: calibrated to the MLP rule (gate sign, jump) at layer 1 of 3, the signal a
+    real LLaDA-V export reads by default (there: |h| < 1e-3 at layer 3 of 32)."""
+    out = tmp_path_factory.mktemp("paper") / "engines"
+    return out, run_export(ExportOptions(checkpoint=random_checkpoint, out=out, samples=4), log=lambda line: None)
+
+
+def test_paper_path_runs_the_early_exit_and_matches_seer_generate(paper_path_export, random_checkpoint):
+    """The runtime, on an export calibrated to mlp_sparsity at layer 1, gives the L* and tokens of ``seer_generate``
+    in PyTorch; step zero runs the early-exit graph (layers 0-1), then step 0 runs on the truncated windows."""
+    from seer_export.fixture import TaskEncoder
+    from seer_trt.pipeline import Request, SeerPipeline
+    from seer_trt.tasks import make_samples
+
+    out, manifest = paper_path_export
+    assert manifest.parity.status == "passed", manifest.parity.note
+    assert manifest.seer.signal == "mlp_sparsity" and manifest.seer.probe_layer == 1
+    assert [t.name for t in manifest.graph("step_zero").spec.outputs] == ["sparsity"]
+    model = load_model(random_checkpoint)
+    enc = TaskEncoder(random_checkpoint, model.config)
+    samples = make_samples(5, 12, model.config.vision.image_size // model.config.vision.patch_size,
+                           model.config.vision.patch_size)  # fmt: skip
+    prefix, valid = enc.prefix(model, samples)
+    ref, _ = seer_generate(model, prefix, valid, manifest.generation, enc.special, manifest.seer)
+    pipe = SeerPipeline.from_manifest(out)
+    calls = []
+    run = pipe.backend.run
+    pipe.backend.run = lambda graph, feeds: calls.append((graph, np.shape(feeds.get("gen_ids")))) or run(graph, feeds)
+    results = pipe.generate([Request(s.question, s.image) for s in samples], policy="per_request")  # exact shapes
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert [r.kept for r in results] == ref.kept.tolist()
+    assert 1 < len(set(ref.kept.tolist())) and min(ref.kept) < manifest.generation.gen_length  # cuts, and varied
+    assert [list(r.window) for r in results] == [row[:k].tolist() for row, k in zip(ref.tokens, ref.kept, strict=True)]
+    window_calls = [(g, shape) for g, shape in calls if g in ("step_zero", "denoise")]
+    n = manifest.generation.gen_length
+    assert window_calls[0] == ("step_zero", (len(samples), n))  # the early exit, over the whole window
+    assert {g for g, _ in window_calls[1:]} == {"denoise"}
+    assert {shape[-1] for _, shape in window_calls[1:]} == set(ref.kept.tolist())  # step 0 on the truncated windows
+    pipe.close()
 
 
 # --- CLI ------------------------------------------------------------------------------------------------------------

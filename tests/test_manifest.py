@@ -15,7 +15,9 @@ from seer_trt.errors import ConfigError, ManifestError, SeerError
 from seer_trt.graphs import (
     GRAPH_NAMES,
     GRAPHS,
+    SERVING_GRAPHS,
     TOLERANCES,
+    WEIGHTS_FILE,
     LengthBuckets,
     TensorSpec,
     graph_specs,
@@ -30,19 +32,20 @@ from seer_trt.manifest import (
     ModelInfo,
     ParityReport,
     ParityRow,
+    StoredTensor,
     Versions,
     VisionInfo,
+    WeightsInfo,
+    read_weights_index,
+    write_weights_index,
 )
 
 DIMS = {"hidden": 128, "vocab": 103, "layers": 8, "image_size": 32, "tile_tokens": 16}
 
 
 def make_manifest(precision: str = "float16") -> Manifest:
-    specs = graph_specs(DIMS, precision)
-    graphs = {
-        name: GraphEntry(spec, f"{name}.onnx", precision, 20, f"{name}.onnx.data" if name == "denoise" else None, 1234)
-        for name, spec in specs.items()
-    }
+    specs = graph_specs(DIMS, precision, GRAPH_NAMES, probe=True)
+    graphs = {name: GraphEntry(spec, f"{name}.onnx", precision, 20, WEIGHTS_FILE, 1234) for name, spec in specs.items()}
     row = ParityRow("denoise", "x0", "packed 2 rows", "index", 0.0, 0.0, 1.0, 0.0, 0.0, 0.98, True)
     e2e = EndToEnd(16, 7, 64, 64, "paper: mlp_sparsity", 1.0, 0.98, 1.0, 1.0, 0.99, True)
     return Manifest(
@@ -52,13 +55,16 @@ def make_manifest(precision: str = "float16") -> Manifest:
         special_tokens=SpecialTokens(101, 98, 97, 100, 99, 102),
         tokenizer="tokenizer",
         system_prompt=None,
-        seer=SeerConfig(statistic="gate_negative", probe_layer=7, tau_jump=0.2, label="calibrated"),
+        seer=SeerConfig(
+            signal="probe", probe_layer=2, probe_weights=(0.5, -1.25) * 64, probe_bias=-3.0, label="calibrated"
+        ),
         generation=GenerationConfig(gen_length=64, steps=64, block_length=64),
         precision=precision,
         graphs=graphs,
         buckets=LengthBuckets(),
         versions=Versions("0.1.0", "2.13.0", "1.23.2", "0.7.2", "1.32.0", 20),
         parity=ParityReport("passed", "PyTorch float32", (row,), e2e, ""),
+        weights=WeightsInfo(WEIGHTS_FILE, "weights.json", 7_340_032, 117),
         engines={"onnxruntime-cpu": {"denoise": "denoise.onnx"}},
     )
 
@@ -67,25 +73,33 @@ def make_manifest(precision: str = "float16") -> Manifest:
 
 
 def test_every_graph_has_the_contracted_io():
-    assert GRAPH_NAMES == ("embed", "vision", "step_zero", "step_zero_full", "denoise", "denoise_logits")
+    assert GRAPH_NAMES == ("embed", "vision", "step_zero", "denoise", "denoise_logits")
+    assert SERVING_GRAPHS == ("embed", "vision", "step_zero", "denoise")  # denoise_logits only with --sampling
     window = ["prefix_embeds", "gen_ids", "segment_ids", "position_ids"]
-    for name in ("step_zero", "step_zero_full", "denoise", "denoise_logits"):
+    for name in ("step_zero", "denoise", "denoise_logits"):
         assert [t.name for t in GRAPHS[name].inputs] == window
-    assert [t.name for t in GRAPHS["step_zero"].outputs] == ["sparsity"]
-    assert [t.name for t in GRAPHS["step_zero_full"].outputs] == ["sparsity_layers", "p_end", "x0", "confidence"]
-    assert [t.name for t in GRAPHS["denoise"].outputs] == ["x0", "confidence"]
+    assert [t.name for t in GRAPHS["step_zero"].outputs] == ["sparsity", "probe_score"]
+    assert [t.name for t in GRAPHS["denoise"].outputs] == ["x0", "confidence", "p_end"]  # one window graph
     assert [t.name for t in GRAPHS["denoise_logits"].outputs] == ["logits"]
 
 
+def test_step_zero_returns_a_probe_score_only_for_a_probe_calibration():
+    assert [t.name for t in graph_specs(DIMS, "float32")["step_zero"].outputs] == ["sparsity"]
+    assert [t.name for t in graph_specs(DIMS, "float32", probe=True)["step_zero"].outputs] == [
+        "sparsity",
+        "probe_score",
+    ]
+
+
 def test_graph_specs_resolve_precision_and_model_axes():
-    specs = graph_specs(DIMS, "float16")
+    specs = graph_specs(DIMS, "float16", GRAPH_NAMES)
     denoise = specs["denoise"]
     assert denoise.input("prefix_embeds") == TensorSpec("prefix_embeds", "float16", ("batch", "prompt", 128))
     assert denoise.input("segment_ids").dtype == "int32" and denoise.input("position_ids").dtype == "int64"
     assert denoise.output("x0").dtype == "int64" and denoise.output("x0").kind == "index"
     assert denoise.output("confidence").dtype == "float32"  # statistics stay fp32 in fp16 graphs
     assert specs["step_zero"].output("sparsity").dtype == "float32"
-    assert specs["step_zero_full"].output("sparsity_layers").shape == ("batch", 8, "answer")
+    assert denoise.output("p_end").dtype == "float32" and denoise.output("p_end").shape == ("batch", "answer")
     assert specs["denoise_logits"].output("logits").shape == ("batch", "answer", 103)
     assert specs["vision"].input("pixel_values").shape == ("tiles", 3, 32, 32)
     assert denoise.input("segment_ids").dynamic_axes == {0: "batch", 1: "seq"}
@@ -130,14 +144,16 @@ def test_round_trip_through_json(tmp_path: Path):
     path = manifest.write(tmp_path)
     assert path.name == MANIFEST_FILE
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["schema_version"] == SCHEMA_VERSION == "2.0"
     assert data["graphs"]["denoise"]["inputs"][2] == {
         "name": "segment_ids", "dtype": "int32", "shape": ["batch", "seq"], "kind": "value"
     }  # fmt: skip
     back = Manifest.read(tmp_path)
     assert back == manifest
-    assert back.graph("denoise").external_data == "denoise.onnx.data"
+    assert back.graph("denoise").external_data == back.graph("step_zero").external_data == WEIGHTS_FILE
     assert back.special_tokens.suppressed_ids == (98, 97, 99, 102)
+    assert back.seer.probe_weights == (0.5, -1.25) * 64 and data["seer"]["probe_weights"][:2] == [0.5, -1.25]
+    assert back.weights == manifest.weights
 
 
 def _written(tmp_path: Path, **changes) -> Path:
@@ -147,11 +163,12 @@ def _written(tmp_path: Path, **changes) -> Path:
     return tmp_path
 
 
-def test_unknown_major_version_is_refused_with_the_fix(tmp_path: Path):
+@pytest.mark.parametrize("version", ["1.1", "3.0"])  # 1.x: three full-depth graphs, each with its own weights
+def test_unknown_major_version_is_refused_with_the_fix(tmp_path: Path, version):
     with pytest.raises(ManifestError) as err:
-        Manifest.read(_written(tmp_path, schema_version="2.0"))
+        Manifest.read(_written(tmp_path, schema_version=version))
     message = str(err.value)
-    assert "2.0" in message and SCHEMA_VERSION in message and "re-export" in message and "\n" not in message
+    assert version in message and SCHEMA_VERSION in message and "re-export" in message and "\n" not in message
 
 
 def test_newer_minor_version_is_accepted_and_its_new_keys_ignored(tmp_path: Path):
@@ -159,7 +176,7 @@ def test_newer_minor_version_is_accepted_and_its_new_keys_ignored(tmp_path: Path
     major, minor = SCHEMA_VERSION.split(".")
     newer = f"{major}.{int(minor) + 1}"
     data["schema_version"] = newer
-    data["kv_cache"] = {"layers": 8}  # a key a later 1.x writer may add
+    data["kv_cache"] = {"layers": 8}  # a key a later 2.x writer may add
     data["model"]["rope_scaling"] = None
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
     back = Manifest.read(tmp_path)
@@ -194,9 +211,23 @@ def test_missing_graph_names_the_fix():
     small = Manifest(**{**manifest.__dict__, "graphs": {"denoise": manifest.graphs["denoise"]}})
     with pytest.raises(ManifestError, match="seer-export --graphs"):
         small.graph("step_zero")
+    with pytest.raises(ManifestError, match="seer-export --sampling"):
+        small.graph("denoise_logits")
 
 
-# --- engine builds (schema 1.1) ----------------------------------------------------------------------------------
+def test_weights_index_round_trips_one_line_per_tensor(tmp_path: Path):
+    index = {"model.embed_tokens.weight": StoredTensor(0, 42496, "float32", (83, 128)),
+             "model.layers.0.mlp.up_proj.weight.T": StoredTensor(45056, 196608, "float16", (128, 384))}  # fmt: skip
+    info = WeightsInfo(WEIGHTS_FILE, "weights.json", 241664, 2)
+    write_weights_index(tmp_path / info.index, index)
+    assert len((tmp_path / info.index).read_text().splitlines()) == 4
+    assert read_weights_index(tmp_path, info) == index
+    (tmp_path / info.index).write_text('{"x": [1]}')
+    with pytest.raises(ManifestError, match="not a weights index"):
+        read_weights_index(tmp_path, info)
+
+
+# --- engine builds ----------------------------------------------------------------------------------
 
 
 def _with_build() -> Manifest:
@@ -225,13 +256,12 @@ def test_build_record_round_trips_with_its_profiles(tmp_path: Path):
     assert back.builds["tensorrt"].engines["denoise"].profiles[1].range("seq").max == 576
 
 
-def test_a_1_0_manifest_reads_with_no_builds(tmp_path: Path):
+def test_a_manifest_without_builds_reads_with_none(tmp_path: Path):
     data = make_manifest().to_dict()
-    data["schema_version"] = "1.0"
     del data["builds"]
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
     back = Manifest.read(tmp_path)
-    assert back.schema_version == "1.0" and back.builds == {} and back.engines == make_manifest().engines
+    assert back.builds == {} and back.engines == make_manifest().engines
 
 
 def test_a_malformed_build_record_names_where(tmp_path: Path):

@@ -24,9 +24,11 @@ from seer_export.models.loading import load_model
 from seer_export.models.registry import FIXTURE_DIR
 from seer_export.sampler import generate
 from seer_export.seer import seer_generate
+from seer_trt.backend import OrtBackend
 from seer_trt.cli_run import main as run_main
+from seer_trt.config import SeerConfig
 from seer_trt.dispatch import POLICIES
-from seer_trt.errors import ManifestError
+from seer_trt.errors import ConfigError, ManifestError
 from seer_trt.pipeline import Request, SeerPipeline
 from seer_trt.tasks import make_samples
 
@@ -163,6 +165,83 @@ def test_export_folder_problems_are_one_clear_error(fixture_export, tmp_path):
     shutil.copy(swapped / "embed.onnx", swapped / "denoise.onnx")
     with pytest.raises(ManifestError, match="does not match the manifest"):
         SeerPipeline.from_manifest(swapped).generate("count to 3 .")
+    cut = copy_export(src, tmp_path / "cut")
+    with open(cut / "weights.data", "r+b") as f:
+        f.truncate(1000)
+    (result,) = SeerPipeline.from_manifest(cut).generate("count to 3 .")  # the first graph opened says why
+    assert "weights.data is 1000 bytes, the manifest says" in result.error
+
+
+# --- step zero: the early exit, the full-depth fallback ------------------------------------------------------------
+
+
+def spy(pipe: SeerPipeline) -> list[tuple[str, tuple[int, ...]]]:
+    """Record (graph, gen_ids shape) of every window-graph call the pipeline makes."""
+    calls: list[tuple[str, tuple[int, ...]]] = []
+    run = pipe.backend.run
+
+    def record(graph, feeds):
+        if "gen_ids" in feeds:
+            calls.append((graph, feeds["gen_ids"].shape))
+        return run(graph, feeds)
+
+    pipe.backend.run = record
+    return calls
+
+
+def test_the_probe_calibration_runs_the_early_exit_at_step_zero(fixture_export):
+    folder, manifest, _ = fixture_export
+    pipe = SeerPipeline.from_manifest(folder)
+    calls = spy(pipe)
+    results = pipe.generate(requests()[:4], policy="per_request")
+    n = manifest.generation.gen_length
+    assert pipe.seer.signal == "probe" and calls[0] == ("step_zero", (4, n))
+    assert {g for g, _ in calls[1:]} == {"denoise"}
+    assert {shape[-1] for _, shape in calls[1:]} == {r.kept for r in results}  # step 0 on the kept windows
+
+
+def test_end_token_fallback_reuses_its_full_depth_pass_and_matches_pytorch(fixture_export):
+    """The labelled fallback: step zero is the window graph over all N positions; its x0 / confidence serve as
+    step 0, so no further call covers the whole window; tokens and L* equal ``seer_generate``'s."""
+    folder, manifest, _ = fixture_export
+    end = SeerConfig(signal="end_token_prob", threshold=0.3, label="fallback")
+    pipe = SeerPipeline.from_manifest(folder, seer=end)
+    calls = spy(pipe)
+    results = pipe.generate(requests(), policy="per_request")
+    model = load_model(FIXTURE_DIR)
+    enc = TaskEncoder(FIXTURE_DIR, model.config)
+    with torch.no_grad():
+        prefix, valid = enc.prefix(model, SAMPLES)
+        ref, _ = seer_generate(model, prefix, valid, manifest.generation, enc.special, end)
+    assert [r.kept for r in results] == ref.kept.tolist()
+    assert windows(results) == [row[:k].tolist() for row, k in zip(ref.tokens, ref.kept, strict=True)]
+    n = manifest.generation.gen_length
+    assert calls[0] == ("denoise", (len(SAMPLES), n)) and all(shape[-1] < n for _, shape in calls[1:])
+    with pytest.raises(ConfigError, match="paper rule at layer 3 differs"):
+        SeerPipeline.from_manifest(folder, seer=SeerConfig())  # the export's step_zero stops at another layer
+
+
+def test_sessions_share_one_memory_mapped_copy_of_the_weights(fixture_export):
+    folder, manifest, _ = fixture_export
+    shared, own = OrtBackend(folder, manifest), OrtBackend(folder, manifest, share_weights=False)
+    rng = np.random.default_rng(0)
+    feeds = {"prefix_embeds": rng.normal(0, 0.02, (2, 9, manifest.model.hidden_size)).astype(np.float32),
+             "gen_ids": np.full((2, 12), manifest.special_tokens.mask_id), "segment_ids": np.ones((2, 21), np.int32),
+             "position_ids": np.tile(np.arange(21), (2, 1))}  # fmt: skip
+    for graph in ("step_zero", "denoise"):
+        a, b = shared.run(graph, feeds), own.run(graph, feeds)
+        for name in a:
+            np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7)
+    arrays = [array for array, _ in shared._shared_weights().values()]
+    assert len(arrays) == manifest.weights.tensors
+    mapped = arrays[0]
+    while isinstance(mapped.base, np.ndarray):  # up to the whole file's mapping
+        mapped = mapped.base
+    assert isinstance(mapped, np.memmap) and mapped.size == manifest.weights.size_bytes
+    assert Path(mapped.filename) == (folder / manifest.weights.file).resolve()
+    assert all(np.shares_memory(a, mapped) for a in arrays)  # views of the one mapping: no copy per session
+    shared.close()
+    own.close()
 
 
 def test_unavailable_provider_is_an_error_not_a_cpu_fallback(fixture_export):

@@ -63,8 +63,8 @@ def io_of(config, which: str) -> list[tuple[str, str, list[int]]]:
 def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_export):
     _, manifest, _ = fixture_export
     found = configs(cpu_repo)
-    zero = step_zero_graph(manifest.seer, manifest.model.num_layers)  # the fixture's calibration: p_end, full depth
-    graphs = ["embed", "vision", zero, "denoise", "denoise_logits"]
+    assert step_zero_graph(manifest.seer) == "step_zero"  # the fixture's calibration: a probe, the early exit
+    graphs = ["embed", "vision", "step_zero", "denoise", "denoise_logits"]
     assert sorted(found) == sorted(["seer"] + [f"seer_{g}" for g in graphs])
     assert check_repository(cpu_repo) == sorted(found)
     seer = found["seer"]

@@ -5,7 +5,7 @@ Out: a model repository: an orchestrator model (Python backend, BLS) that runs `
      one component model per graph (embed, vision, step zero, denoise).
 
     client ─► seer (orchestrator: SeerPipeline over a BLS backend) ─► seer_embed, seer_vision,
-                                                                      seer_step_zero_full, seer_denoise, ...
+                                                                      seer_step_zero, seer_denoise, ...
 
 Modules: ``repository`` plans and writes a repository (``seer-triton``), ``pbtxt`` renders and checks the
 ``config.pbtxt`` files, ``orchestrator`` and ``component`` are what the Python-backend models run inside the

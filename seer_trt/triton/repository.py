@@ -8,7 +8,7 @@ Out: REPO/, written to a temporary folder, checked, then moved into place:
     REPO/NAME/config.pbtxt           orchestrator: Python backend, dynamic batching, BLS to the components
     REPO/NAME/1/model.py             the Python-backend entry (templates/model.py), role "orchestrator"
     REPO/NAME/1/export/              manifest.json + tokenizer/: what SeerPipeline reads
-    REPO/NAME_GRAPH/config.pbtxt     one per graph the pipeline calls (embed, vision, step zero, denoise, ...)
+    REPO/NAME_GRAPH/config.pbtxt     one per graph the pipeline calls (embed, vision, step_zero, denoise, ...)
     REPO/NAME_GRAPH/1/...            cpu: model.py (role "component") + GRAPH.onnx, run by ONNX Runtime;
                                      gpu: GRAPH.plan (tensorrt_plan, its optimization profiles listed), or
                                      GRAPH.onnx (onnxruntime_onnx with the TensorRT accelerator) without plans
@@ -66,9 +66,10 @@ class RepositoryPlan:
 
 
 def served_graphs(manifest: Manifest) -> list[str]:
-    """The graphs the pipeline can call for this export: embed, vision, its step-zero graph, denoise(_logits)."""
-    wanted = ["embed", "vision", step_zero_graph(manifest.seer, manifest.model.num_layers), "denoise", "denoise_logits"]
-    for required in ("embed", wanted[2], "denoise"):
+    """The graphs the pipeline can call for this export: embed, vision, step_zero (unless the calibration reads
+    the end token at full depth, which runs denoise), denoise, and denoise_logits when exported (--sampling)."""
+    wanted = list(dict.fromkeys(["embed", "vision", step_zero_graph(manifest.seer), "denoise", "denoise_logits"]))
+    for required in ("embed", step_zero_graph(manifest.seer), "denoise"):
         manifest.graph(required)  # raises with the re-export command when absent
     return [g for g in wanted if g in manifest.graphs]
 
