@@ -42,6 +42,10 @@ PROVIDERS = {  # --provider value -> ONNX Runtime execution provider
     "tensorrt": "TensorrtExecutionProvider",
 }
 BINDING_CACHE_BYTES = 512 * 2**20  # output bytes of bindings kept per thread: every bucket of a fixture, a few at 8B
+# Graphs called step after step in the denoising loop: their thread pools may spin between calls. The others run
+# once per request (embed, vision, step_zero), and a spinning idle pool of theirs slowed the denoising steps right
+# after it by ~20 % on a 2-core machine.
+LOOP_GRAPHS = ("denoise", "denoise_logits")
 ONNX_TYPES = {  # ONNX Runtime's type strings -> manifest dtypes
     "tensor(float)": "float32",
     "tensor(float16)": "float16",
@@ -138,6 +142,8 @@ class OrtBackend:
         options.log_severity_level = 3
         if self.threads:
             options.intra_op_num_threads = self.threads
+        if graph not in LOOP_GRAPHS:  # its idle threads would spin, stealing the cores of the steps that follow
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if self.share_weights:
             options.add_session_config_entry("session.disable_prepacking", "1")  # a packed copy per session otherwise
             for name, (_, value) in self._shared_weights().items():

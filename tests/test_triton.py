@@ -20,13 +20,14 @@ from PIL import Image
 
 from seer_trt.cli_run import main as run_main
 from seer_trt.cli_triton import main as triton_main
+from seer_trt.config import SeerConfig
 from seer_trt.errors import ConfigError
 from seer_trt.manifest import Manifest
 from seer_trt.step_zero import step_zero_graph
 from seer_trt.tasks import make_samples
 from seer_trt.triton import pbtxt
 from seer_trt.triton.local import LocalServer, ServerInstall
-from seer_trt.triton.repository import check_repository, plan_repository, write_repository
+from seer_trt.triton.repository import check_repository, plan_repository, served_graphs, write_repository
 
 CONCURRENT = 24  # requests in flight at once: half over HTTP, half over gRPC
 TIMEOUT_S = 600  # per request on a busy 2-core machine
@@ -77,12 +78,28 @@ def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_e
     assert io_of(denoise, "input") == [("prefix_embeds", "TYPE_FP32", [-1, -1, hidden]),
                                        ("gen_ids", "TYPE_INT64", [-1, -1]), ("segment_ids", "TYPE_INT32", [-1, -1]),
                                        ("position_ids", "TYPE_INT64", [-1, -1])]  # fmt: skip
-    assert io_of(denoise, "output") == [("x0", "TYPE_INT64", [-1, -1]), ("confidence", "TYPE_FP32", [-1, -1])]
+    assert io_of(denoise, "output") == [("x0", "TYPE_INT64", [-1, -1]), ("confidence", "TYPE_FP32", [-1, -1]),
+                                        ("p_end", "TYPE_FP32", [-1, -1])]  # fmt: skip
     assert io_of(found["seer_vision"], "input") == [("pixel_values", "TYPE_FP32", [-1, 3, 32, 32])]
     assert denoise.backend == "python" and pbtxt.parameters(denoise)["model_file"] == "denoise.onnx"
     assert (cpu_repo / "seer_denoise" / "1" / "denoise.onnx").is_file()
+    shared = [(cpu_repo / f"seer_{g}" / "1" / "weights.data").stat() for g in graphs]  # each component reads it,
+    assert len({(s.st_dev, s.st_ino) for s in shared}) == 1  # one file on disk: hard links, not copies
     assert (cpu_repo / "seer" / "1" / "export" / "tokenizer" / "tokenizer.json").is_file()
     assert Manifest.read(cpu_repo / "seer" / "1" / "export") == manifest
+
+
+def test_served_graphs_follow_the_calibration(fixture_export):
+    """The early exit where the signal lives below the head; only the window graph for the end-token fallback;
+    denoise_logits where the export has it (--sampling)."""
+    _, manifest, _ = fixture_export
+    assert served_graphs(manifest) == ["embed", "vision", "step_zero", "denoise", "denoise_logits"]
+    end_token = dataclasses.replace(manifest, seer=SeerConfig(signal="end_token_prob"))
+    assert served_graphs(end_token) == ["embed", "vision", "denoise", "denoise_logits"]
+    greedy_only = dataclasses.replace(
+        manifest, graphs={g: e for g, e in manifest.graphs.items() if g != "denoise_logits"}
+    )
+    assert served_graphs(greedy_only) == ["embed", "vision", "step_zero", "denoise"]
 
 
 def test_gpu_flavour_uses_tensorrt_plans_and_onnxruntime_without_them(fixture_export, tmp_path):
