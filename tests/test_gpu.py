@@ -85,7 +85,7 @@ def _build(folder: Path, profiles: tuple[str, ...], opt_level: int | None = None
 def fixture_fp16(work) -> Path:
     """The bundled fixture exported in fp16, validated, with Polygraphy goldens when Polygraphy is installed."""
     goldens = ("--save-goldens",) if _has("polygraphy") else ()
-    return _export(work / "fixture-fp16", "--dtype", "fp16", "--samples", "4", *goldens)
+    return _export(work / "fixture-fp16", "--dtype", "fp16", "--samples", "4", "--sampling", *goldens)
 
 
 @pytest.fixture(scope="session")
@@ -124,8 +124,8 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 def test_plans_match_the_goldens(fixture_plans):
     """Every graph on TensorRT against the PyTorch outputs the export saved, by the export's own criteria (the
     tolerance table; x0 equal or a near-tie of the reference, whose probabilities come from the denoise_logits
-    goldens of the same inputs). Where no reference probabilities exist (step_zero_full's all-mask windows), x0 is
-    held to the precision's end-to-end token agreement over all its cases."""
+    goldens of the same inputs, exported with --sampling). Where no reference probabilities exist, x0 is held to
+    the precision's end-to-end token agreement over all its cases."""
     from seer_export.parity import compare
 
     folder, manifest = fixture_plans
