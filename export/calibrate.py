@@ -188,15 +188,16 @@ class Row:
 
 
 def calibrate(fit_sets: dict[int, Profiles], choose_sets: dict[int, Profiles], n_layers: int, tau_abs: float,
-              max_premature: float, max_kept: float, log=lambda s: None) -> tuple[list[Row], Row, bool]:  # fmt: skip
+              max_premature: float, max_kept: float, log=lambda s: None,
+              layers: range | None = None) -> tuple[list[Row], Row, bool]:  # fmt: skip
     """Every layer x signal's best setting, and the choice: (rows, chosen row, whether it meets the bar).
 
-    Probes are fitted on ``fit_sets``; every detector's settings are chosen on ``choose_sets``. The profiles hold
-    the model's first layers (all of them, or fewer with ``--max-layer``); ``n_layers`` is the model's depth.
+    Probes are fitted on ``fit_sets``; every detector's settings are chosen on ``choose_sets``. ``layers``: which
+    layers to consider (default: every layer the profiles hold); ``n_layers`` is the model's depth.
     """
     rows = []
-    probed = next(iter(fit_sets.values())).abs_below.shape[1]
-    for layer in range(probed):
+    layers = range(next(iter(fit_sets.values())).abs_below.shape[1]) if layers is None else layers
+    for layer in layers:
         probe = fit_probe(fit_sets, layer)
         log(f"layer {layer}: probe fitted, choosing detector settings")
         for family in FAMILIES:
@@ -337,7 +338,10 @@ def main(argv: list[str] | None = None) -> int:
         grid = vision.image_size // vision.patch_size
         tau_abs = SeerConfig().tau_abs
         depth = model.config.text.num_hidden_layers
-        probed = tuple(range(depth if args.max_layer is None else min(depth, args.max_layer + 1)))
+        considered = range(depth if args.max_layer is None else min(depth, args.max_layer + 1))
+        paper_layer = SeerConfig().probe_layer if SeerConfig().probe_layer < depth else 0
+        probed = tuple(range(max(len(considered), paper_layer + 1)))  # the paper's rule is always reported
+        paper_seer = SeerConfig().replace(probe_layer=paper_layer)
         split: dict[str, dict[int, Profiles]] = {name: {} for name in SPLITS}
         with torch.no_grad():
             for name, seed in SPLITS.items():
@@ -348,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                     split[name][n] = collect(model, enc, samples, n, tau_abs, args.batch, probed)
         n_layers = model.config.text.num_hidden_layers
         rows, chosen, ok = calibrate(split["fit"], split["choose"], n_layers, tau_abs, args.max_premature,
-                                     args.max_kept, log=lambda s: print(s, file=sys.stderr))  # fmt: skip
+                                     args.max_kept, lambda s: print(s, file=sys.stderr), considered)  # fmt: skip
         bar = f"premature <= {100 * args.max_premature:g} %, kept <= {args.max_kept:g}x (true + 1) on every N"
         summary = {"model": args.model, "chosen": chosen.seer.to_dict(), "chosen_name": chosen.seer.describe(),
                    "meets_bar": ok, "bar": bar, "max_premature": args.max_premature, "max_kept": args.max_kept,
@@ -359,11 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         print(layer_profile_table(first))
         for n, report in split["report"].items():
             measured = [(r, evaluate(report, r.seer, n)) for r in rows]
-            paper = evaluate(report, SeerConfig(), n)
+            paper = evaluate(report, paper_seer, n)
             print(f"\nDetection per layer x signal on the report split ({len(report.end)} samples, N = {n}); probes "
                   f"fitted on one disjoint split, each row's setting chosen on another; bar: {bar}")  # fmt: skip
             print(detection_table(measured, n_layers, chosen))
-            print(f"paper-exact rule ({SeerConfig().describe()}): premature {100 * paper['premature_cut_rate']:.1f} %, "
+            print(f"paper-exact rule ({paper_seer.describe()}): premature {100 * paper['premature_cut_rate']:.1f} %, "
                   f"kept / true {paper['mean_kept_over_true']:.2f}x, no cut {100 * paper['no_cut_rate']:.1f} %")  # fmt: skip
             summary["paper"][str(n)] = paper
             summary["windows"][str(n)] = {"n": int(len(report.end)), "rows": [
