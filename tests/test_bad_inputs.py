@@ -610,7 +610,8 @@ def test_a_graph_with_the_right_signature_but_other_weights_is_refused(fixture_e
     folder = tmp_path / "export"
     shutil.copytree(fixture_export[0], folder)
     manifest = Manifest.read(folder)
-    assert set(manifest.checksums) == {e.file for e in manifest.graphs.values()}
+    shared = {manifest.weights.file, manifest.weights.index}  # every graph's tensors, stored once, and their index
+    assert set(manifest.checksums) == {e.file for e in manifest.graphs.values()} | shared
     assert SeerPipeline.from_manifest(folder, verify=True).generate("count to 3 .")[0].ok
     model = onnx.load(folder / "denoise.onnx")
     weight = next(w for w in model.graph.initializer if w.data_type == onnx.TensorProto.FLOAT and len(w.dims) == 2)
@@ -625,6 +626,12 @@ def test_a_graph_with_the_right_signature_but_other_weights_is_refused(fixture_e
     with pytest.raises(IntegrityError, match="denoise.onnx differs"):
         run_build(BuildOptions(folder, "tensorrt-rtx"), log=lambda line: None)
     assert not (folder / "tensorrt-rtx").exists()
+    onnx.save(onnx.load(fixture_export[0] / "denoise.onnx", load_external_data=False), folder / "denoise.onnx")
+    with open(folder / manifest.weights.file, "r+b") as f:  # the shared weights: same size, other bytes
+        f.seek(4096)
+        f.write(b"\x01\x02\x03\x04")
+    with pytest.raises(IntegrityError, match="weights.data differs from the exported file"):
+        SeerPipeline.from_manifest(folder, verify=True)
     old = dataclasses.replace(manifest, checksums={})  # an export from before checksums: --verify cannot vouch
     old.write(folder)
     with pytest.raises(IntegrityError, match="records no checksums"):
