@@ -124,8 +124,10 @@ def seer_generate(
     special: SpecialTokens,
     seer: SeerConfig,
     seed: int | list[int] = 0,
+    early_stop: bool = False,
 ) -> tuple[Generation, np.ndarray]:
-    """Seer: step zero, boundary, one-shot truncation, denoising on the kept window.
+    """Seer: step zero, boundary, one-shot truncation, denoising on the kept window (``early_stop``: see
+    ``seer_export.sampler.generate``).
 
     Returns the generation and the step-zero profile [B, N] the boundary was read from.
     """
@@ -135,7 +137,17 @@ def seer_generate(
     profile = zero.profile(seer)
     kept = detect(profile, seer)
     # A full-depth step zero already holds step 0's predictions over the kept positions: reuse them.
-    out = generate(model, prefix_embeds, prefix_valid, gen, special, kept=kept, step0_logits=zero.logits, seed=seed)
+    out = generate(
+        model,
+        prefix_embeds,
+        prefix_valid,
+        gen,
+        special,
+        kept=kept,
+        step0_logits=zero.logits,
+        seed=seed,
+        early_stop=early_stop,
+    )
     return out, profile
 
 

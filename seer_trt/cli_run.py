@@ -2,7 +2,7 @@
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), one ``--prompt`` (with ``--image``) or ``--input FILE.jsonl``
      (one request object per line: ``prompt``, optional ``image`` path, ``system``, ``gen_length``, ``steps``,
-     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``seed``), UTF-8.
+     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``early_stop``, ``window``, ``seed``), UTF-8.
 Out: the answer text (or, with ``--json``, the whole result); with ``--input``, one JSON result per line in
      ``--output`` (stdout by default), a failed request (bad JSON, not UTF-8, a bad field or image) carrying its
      ``error`` while the others are answered. Exit status: 0 every request answered, 1 some failed (``--input``),
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", type=Path, help="JSONL results for --input (default: stdout)")
     ap.add_argument("--json", action="store_true", help="print the whole result as JSON (--prompt)")
     ap.add_argument("--no-seer", action="store_true", help="the padded baseline: denoise all gen_length positions")
+    ap.add_argument("--early-stop", action="store_true",
+                    help="LLaDA-V's official stopping criterion: stop once the answer before the first <|eot_id|> "
+                    "is complete (with or without Seer)")  # fmt: skip
     ap.add_argument("--gen-length", type=int, help="answer window (default: the export's)")
     ap.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
     ap.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
@@ -100,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                                        ("temperature", args.temperature)) if v is not None}  # fmt: skip
         if args.no_seer:
             overrides["seer"] = False
+        if args.early_stop:
+            overrides["early_stop"] = True
         if args.input is not None and args.image is not None:
             raise InputError("--image goes with --prompt; in --input, give each request an 'image' path")
         pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,

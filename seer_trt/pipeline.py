@@ -72,6 +72,7 @@ class Request:
     temperature: float | None = None  # 0: greedy; > 0: Gumbel sampling from denoise_logits
     remasking: str | None = None  # "low_confidence" | "random"
     seer: bool = True  # False: the padded baseline, every step over all N positions
+    early_stop: bool = False  # LLaDA-V's stopping_criteria=['<|eot_id|>']: stop once the answer before it is done
     window: int | None = None  # cut the window to this many positions without step zero (the oracle: true length)
     seed: int = 0  # sampling noise of this request (temperature > 0 or random remasking)
     system: str | None = None  # system message instead of the export's ("" for none); text, like the prompt
@@ -116,7 +117,7 @@ class Result:
     token_ids: tuple[int, ...]  # answer ids before the first <|eot_id|>
     window: tuple[int, ...]  # every kept position's id, <|eot_id|> and what follows included
     kept: int  # L*: answer positions denoised (N without Seer)
-    steps: int  # denoising steps used
+    steps: int  # denoising steps used (forward passes over this row's window)
     gen_length: int  # N
     seconds: dict[str, float]  # per stage (STAGES); batched stages count the whole batch's time
     error: str | None = None  # why this request failed; the fields above are empty then
@@ -257,23 +258,25 @@ class SeerPipeline:
                                            f"{describe(err)}); the others are unaffected")  # fmt: skip
                 continue
             mode = "window" if request.window is not None else "seer" if request.seer else "full"
-            ready.setdefault((gen, mode), []).append((i, prompt, time.perf_counter() - start))
+            ready.setdefault((gen, mode, request.early_stop), []).append((i, prompt, time.perf_counter() - start))
         plans = []
-        for (gen, mode), rows in ready.items():
+        for (gen, mode, early_stop), rows in ready.items():
             seeds = np.array([requests[i].seed for i, _, _ in rows], dtype=np.int64)
             windows = np.array([requests[i].window or gen.gen_length for i, _, _ in rows], dtype=np.int64)
-            out, plan = self._run(gen, mode, [p for _, p, _ in rows], seeds, windows, policy or self.policy)
+            out, plan = self._run(gen, mode, [p for _, p, _ in rows], seeds, windows, policy or self.policy,
+                                  early_stop)  # fmt: skip
             plans.append(plan)
             for (i, _, prep), result in zip(rows, out, strict=True):
                 results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds})
         return BatchOutput(tuple(results), tuple(plans))
 
     def _run(self, gen: GenerationConfig, mode: str, prompts: list[PromptEmbeds], seeds: np.ndarray,
-             windows: np.ndarray, policy: str) -> tuple[list[Result], DispatchPlan]:  # fmt: skip
+             windows: np.ndarray, policy: str, early_stop: bool = False) -> tuple[list[Result], DispatchPlan]:  # fmt: skip
         """Step zero, boundary, dispatch, denoising and detokenizing of rows sharing ``gen``.
 
         ``mode``: "seer" (step zero and the boundary rule), "full" (the padded baseline) or "window" (each row
-        cut to its ``windows`` entry, no step zero: the oracle when that is the true length).
+        cut to its ``windows`` entry, no step zero: the oracle when that is the true length). ``early_stop``:
+        every row stops once the answer before its first ``<|eot_id|>`` is complete.
         """
         special = self.manifest.special_tokens
         seer = self.manifest.seer
@@ -300,6 +303,7 @@ class SeerPipeline:
         clock["dispatch"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         tokens = np.full((len(prompts), n), special.mask_id, dtype=np.int64)
+        used = np.zeros(len(prompts), dtype=np.int64)  # steps each row took part in
         for group in plan.groups:
             rows = np.array(group.rows)
             members = [embeds[r] for r in rows]
@@ -309,15 +313,17 @@ class SeerPipeline:
             clock["packing"] += time.perf_counter() - t1
             decoder = Greedy() if greedy else Sampled(gen.temperature, gen.remasking, seeds[rows])
             group_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
-            out = denoise(self.backend, layout, select_rows(schedule, rows), decoder, special.mask_id, group_step0)
-            tokens[rows, : out.shape[1]] = out
+            out = denoise(self.backend, layout, select_rows(schedule, rows), decoder, special.mask_id, group_step0,
+                          special.eot_id if early_stop else None)  # fmt: skip
+            tokens[rows, : out.tokens.shape[1]] = out.tokens
+            used[rows] = out.steps
         clock["denoise"] = time.perf_counter() - t0 - clock["packing"]
         t0 = time.perf_counter()
         answers = [answer_ids(row[:k], special.eot_id) for row, k in zip(tokens, kept, strict=True)]
         texts = [self.encoder.tokenizer.decode(a, skip_special_tokens=True) for a in answers]
         clock["detokenize"] = time.perf_counter() - t0
         results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock))
-                   for text, a, row, k, s in zip(texts, answers, tokens, kept, schedule.steps, strict=True)]  # fmt: skip
+                   for text, a, row, k, s in zip(texts, answers, tokens, kept, used, strict=True)]  # fmt: skip
         return results, plan
 
     def _step_zero(self, embeds: list[np.ndarray], n: int) -> StepZeroOut:
