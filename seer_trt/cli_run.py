@@ -24,7 +24,7 @@ PROG = "seer-run"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from seer_trt.dispatch import POLICIES
+    from seer_trt.dispatch import DEFAULT_POLICY, POLICIES
 
     ap = Parser(
         prog=PROG,
@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--gen-length", type=int, help="answer window (default: the export's)")
     ap.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
     ap.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
-    ap.add_argument("--policy", default="hybrid", choices=POLICIES, help="how rows are batched (default: hybrid)")
+    ap.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES,
+                    help=f"how rows are batched (default: {DEFAULT_POLICY}, timed on the backend at first use)")  # fmt: skip
     ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "tensorrt", "tensorrt-rtx"),
                     help="onnxruntime (default), or the TensorRT plans seer-build recorded")  # fmt: skip
     ap.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu (default), cuda, tensorrt")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,12 +30,12 @@ from seer_trt.backend import Backend, open_backend
 from seer_trt.boundary import detect
 from seer_trt.config import GenerationConfig
 from seer_trt.denoise import Greedy, Sampled, denoise
-from seer_trt.dispatch import CostModel, DispatchPlan, plan_dispatch
+from seer_trt.dispatch import DEFAULT_POLICY, CostModel, DispatchPlan, plan_dispatch
 from seer_trt.embed import Image, ImageLimits, PromptEmbeds, PromptEncoder
 from seer_trt.errors import InputError, SeerError, describe
-from seer_trt.layout import left_pad, packed_layout, padded_layout, window_layout
+from seer_trt.layout import left_pad, packed_layout, padded_layout
 from seer_trt.manifest import Manifest
-from seer_trt.schedule import plan_schedule, select_rows
+from seer_trt.schedule import Schedule, plan_schedule, select_rows
 from seer_trt.step_zero import StepZeroOut, run_step_zero
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize")
@@ -143,7 +144,7 @@ class BatchOutput:
 class SeerPipeline:
     """The Seer pipeline over one export and one backend."""
 
-    def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = "hybrid",
+    def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = DEFAULT_POLICY,
                  tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None) -> None:  # fmt: skip
         """
         Args:
@@ -156,7 +157,8 @@ class SeerPipeline:
         self.policy = policy
         self.tau_pad = tau_pad
         self.short = short
-        self.cost: CostModel | None = None
+        self.cost: CostModel | None = None  # measured on the first batch of several rows that needs it
+        self._cost_lock = threading.Lock()
         # the shapes calls are padded to: the built profiles' buckets on TensorRT, the manifest's otherwise
         self.buckets = backend.buckets() or manifest.buckets
         plan_dispatch([], [], [], self.buckets, policy, tau_pad, short, CostModel(0, 0, 0))  # validates
@@ -294,8 +296,10 @@ class SeerPipeline:
             clock["step_zero"], clock["boundary"] = t1 - t0, time.perf_counter() - t1
             if greedy and zero.x0 is not None:
                 step0 = (zero.x0, zero.confidence)
-        if policy == "cost_model" and self.cost is None:
-            self.calibrate_costs()
+        if policy == "cost_model" and self.cost is None and len(prompts) > 1:
+            with self._cost_lock:
+                if self.cost is None:
+                    self.calibrate_costs()
         t0 = time.perf_counter()
         schedule = plan_schedule(gen, kept)
         plan = plan_dispatch([len(e) for e in embeds], kept, schedule.steps, self.buckets, policy,
@@ -336,29 +340,43 @@ class SeerPipeline:
         join = lambda xs: None if xs[0] is None else np.concatenate(xs)  # noqa: E731
         return StepZeroOut(*(join([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(StepZeroOut)))
 
-    def calibrate_costs(self, prompt: int = 32, lengths: Sequence[int] = (16, 64, 256), batches: Sequence[int] = (1, 4),
-                        repeats: int = 3) -> CostModel:  # fmt: skip
-        """Time the denoising graph at a few shapes, fit ``CostModel`` and use it for the ``cost_model`` policy."""
+    # (rows, prompt, answer) of the timed calls: single rows from short to long prompts, small and full batches of
+    # short rows, and one long sequence like a packed group, so the fit sees launch, per-slot and attention costs.
+    CALIBRATION_SHAPES = ((1, 16, 4), (1, 32, 16), (1, 128, 32), (1, 384, 64), (1, 640, 128), (4, 32, 8),
+                          (4, 128, 32), (8, 32, 8), (16, 32, 16), (16, 64, 32))  # fmt: skip
+
+    def calibrate_costs(self, shapes: Sequence[tuple[int, int, int]] = CALIBRATION_SHAPES,
+                        repeats: int = 5) -> CostModel:  # fmt: skip
+        """Time one denoising step (the loop's host work and the graph call) at ``shapes``, fit ``CostModel``
+        and use it for the ``cost_model`` policy. About two seconds on a 2-core CPU with the fixture.
+
+        Args:
+            shapes: (rows, prompt length, answer length) of the timed calls.
+            repeats: timed steps per shape after one warm-up; the fastest is the shape's time (other load on the
+                machine only ever adds time, so the minimum is the least disturbed estimate).
+        """
         dim = self.manifest.model.hidden_size
         mask = self.manifest.special_tokens.mask_id
-        shapes, seconds = [], []
-        for b in batches:
-            for g in lengths:
-                valid = np.ones((b, prompt), dtype=bool)
-                seg, pos = window_layout(valid, np.full(b, g), g)
-                feeds = {
-                    "prefix_embeds": np.zeros((b, prompt, dim), dtype=self.manifest.precision),
-                    "gen_ids": np.full((b, g), mask, dtype=np.int64),
-                    "segment_ids": seg,
-                    "position_ids": pos,
-                }
-                self.backend.run("denoise", feeds)  # warm-up: binding and first-run allocation
+        limits = self.backend.max_shape("denoise") or {}
+        fitting = []  # each shape within the buckets and the backend's largest shape (engine profiles)
+        for b, p, g in shapes:
+            b, p, g = min(b, self.buckets.batch[-1]), min(p, self.buckets.prompt[-1]), min(g, self.buckets.answer[-1])
+            p = max(1, min(p, limits.get("prompt", p), limits.get("seq", p + g) - g))
+            fitting.append((b, p, g))
+        sizes, seconds = [], []
+        for b, p, g in dict.fromkeys(fitting):
+            prompts = [np.zeros((p, dim), dtype=self.manifest.precision)] * b
+            kept = np.full(b, g, dtype=np.int64)
+            layout = padded_layout(prompts, kept, p, g)
+            one_step = Schedule(kept, np.ones(b, np.int64), np.zeros((b, 1), np.int64), np.full((b, 1), g))
+            times = []
+            for _ in range(repeats + 1):  # the first binds buffers and warms the session
                 start = time.perf_counter()
-                for _ in range(repeats):
-                    self.backend.run("denoise", feeds)
-                shapes.append((b, prompt + g))
-                seconds.append((time.perf_counter() - start) / repeats)
-        self.cost = CostModel.fit(shapes, seconds)
+                denoise(self.backend, layout, one_step, Greedy(), mask)
+                times.append(time.perf_counter() - start)
+            sizes.append((b, p + g))
+            seconds.append(min(times[1:]))
+        self.cost = CostModel.fit(sizes, seconds)
         return self.cost
 
     def close(self) -> None:
