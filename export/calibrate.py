@@ -9,7 +9,7 @@ Out: per-layer step-zero profiles around the true answer end (table and PNG), de
 Detection quality per setting: exact (the cut lands at the true ``<|eot_id|>``), premature cuts (L* shorter
 than the answer plus its ``<|eot_id|>``: tokens lost), and the mean kept window over the true length. The
 choice minimises the kept window among settings whose premature-cut rate is at most ``--max-premature`` on the
-choosing split (DESIGN §4: "Calibration and signals"). The real LLaDA-V keeps the paper's values.
+choosing split (docs/DESIGN.md §4: "Calibration and signals"). The real LLaDA-V keeps the paper's values.
 """
 
 from __future__ import annotations

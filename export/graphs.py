@@ -1,4 +1,4 @@
-"""The exported graphs as thin modules around the untouched PyTorch LLaDA-V (DESIGN §4-5).
+"""The exported graphs as thin modules around the untouched PyTorch LLaDA-V (docs/DESIGN.md §4-5).
 
 In:  an ``LLaDAV`` (real weights, or on the ``meta`` device for export), the model's special tokens and its
      Seer calibration; the contract of each graph from ``seer_trt.graphs``.
@@ -8,7 +8,7 @@ Out: one ``nn.Module`` per graph whose ``forward`` takes that graph's inputs in 
 Nothing here re-implements the model: each module calls ``LLaDAV`` (``forward``, ``hidden_states``,
 ``tile_features``) and reads the MLP statistic through ``seer_export.seer.capture_mlp`` hooks, so the graphs
 compute what the reference computes. Special ids are baked in as constants from ``SpecialTokens`` (the
-manifest records them). Suppression uses ``where`` (``bias * mask`` turns -inf * 0 into NaN, DESIGN §11).
+manifest records them). Suppression uses ``where`` (``bias * mask`` turns -inf * 0 into NaN, docs/DESIGN.md §11).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class StepZeroGraph(_Graph):
 
 
 class StepZeroFullGraph(_Graph):
-    """Every layer's statistic, the end-token probability, and step 0's greedy predictions (DESIGN §4)."""
+    """Every layer's statistic, the end-token probability, and step 0's greedy predictions (docs/DESIGN.md §4)."""
 
     def forward(
         self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor

@@ -1,4 +1,4 @@
-"""Reference sampler with LLaDA-V ``generate_with_embeds`` semantics, batched (DESIGN §3).
+"""Reference sampler with LLaDA-V ``generate_with_embeds`` semantics, batched (docs/DESIGN.md §3).
 
 In:  the model, left-padded prompt embeddings [B, P, D] with validity [B, P], generation settings, special
      tokens, and optionally the kept window L* per row (Seer truncation) and step 0's logits.
@@ -77,7 +77,7 @@ def generate(
         special: the model's special token ids.
         kept: [B] kept window per row (Seer's L*); None runs the full window (the padded baseline).
         step0_logits: [B, N, V] logits of a full-depth step-zero pass to use for step 0 instead of a forward
-            on the truncated window (DESIGN §4, Truncation).
+            on the truncated window (docs/DESIGN.md §4, Truncation).
         seed: seeds the Gumbel noise and random remasking, one generator per row (an int seeds every row the
             same way), so a row draws the same noise in a batch as alone.
         early_stop: upstream's ``stopping_criteria=['<|eot_id|>']`` (see the module docstring).

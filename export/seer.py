@@ -1,4 +1,4 @@
-"""Seer reference path in PyTorch: step-zero statistics, boundary, truncated generation (DESIGN §4).
+"""Seer reference path in PyTorch: step-zero statistics, boundary, truncated generation (docs/DESIGN.md §4).
 
 In:  the model, left-padded prompts, generation settings, the model's Seer calibration.
 Out: step-zero profiles (per layer MLP statistics, end-token probability, step 0's logits) and the Seer
@@ -65,7 +65,7 @@ def mlp_statistic(seen: dict[str, torch.Tensor], statistic: str, tau_abs: float)
     """[B, S] float32: one probed layer's statistic over its hidden units, from ``capture_mlp``'s record.
 
     ``abs_below``: mean(|h| < tau_abs) of down_proj's input h; ``gate_negative``: mean(gate(x) < 0). Both in
-    float32 whatever the model's dtype (DESIGN §4); the step-zero graphs compute exactly this.
+    float32 whatever the model's dtype (docs/DESIGN.md §4); the step-zero graphs compute exactly this.
     """
     if statistic == "abs_below":
         return (seen["h"].float().abs() < tau_abs).float().mean(-1)

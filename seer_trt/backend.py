@@ -1,4 +1,4 @@
-"""Backends: run the graphs a manifest names, by name, with named inputs and outputs (DESIGN §2, §5).
+"""Backends: run the graphs a manifest names, by name, with named inputs and outputs (docs/DESIGN.md §2, §5).
 
 In:  an export folder and its ``Manifest``; per call a graph name and a feed dict of numpy arrays.
 Out: the graph's outputs by name, as numpy arrays.

@@ -1,4 +1,4 @@
-"""``seer-run``: answer prompts with the Seer pipeline over an export folder (DESIGN §2).
+"""``seer-run``: answer prompts with the Seer pipeline over an export folder (docs/DESIGN.md §2).
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), one ``--prompt`` (with ``--image``) or ``--input FILE.jsonl``
      (one request object per line: ``prompt``, optional ``image`` path, ``system``, ``gen_length``, ``steps``,

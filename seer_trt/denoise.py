@@ -1,4 +1,4 @@
-"""Stage 5, denoise: the one denoising loop, for any group of rows in any layout (DESIGN §3, §4).
+"""Stage 5, denoise: the one denoising loop, for any group of rows in any layout (docs/DESIGN.md §3, §4).
 
 In:  a ``Layout`` (how the group's rows sit in the graph call), their ``Schedule`` (tokens to commit per row
      and step, block ends), a ``Decoder`` (greedy through the ``denoise`` graph, or sampled from

@@ -1,4 +1,4 @@
-"""``SeerPipeline``: requests in, answers out, through an export's graphs on one backend (DESIGN §2, §4).
+"""``SeerPipeline``: requests in, answers out, through an export's graphs on one backend (docs/DESIGN.md §2, §4).
 
 In:  an export folder (``seer-export``), then ``Request``s: prompt text, optional image, optional overrides.
 Out: one ``Result`` per request: text, answer ids, L*, steps, per-stage seconds (or the request's error).

@@ -84,6 +84,7 @@ def test_seer_bench_report_structure(fixture_export, tmp_path):
     assert h == headline(report) and set(h) >= {"seer_over_padded", "seer_over_early_stop", "seer_over_oracle",
                                                  "long_tail_default_over_best_fixed",
                                                  "long_prompt_default_over_best_fixed", "ort_over_torch_per_step"}  # fmt: skip
+    assert 0 <= o["detection"] + o["routing"] < 0.5
     assert all(set(v) == {"value", "min", "max", "rounds"} for v in h.values() if isinstance(v, dict))
     m = report["machine"]
     assert m["threads"] == m["ort_intra_op_threads"] == m["torch_threads"] == 1  # both backends, same threads

@@ -1,4 +1,4 @@
-"""seer-export (DESIGN §4-5): the ONNX graphs against the PyTorch reference, the manifest they come with, the CLI.
+"""seer-export (docs/DESIGN.md §4-5): the ONNX graphs against the PyTorch reference, the manifest they come with, the CLI.
 
 Two exports per module run, each graph once: the bundled fixture in fp32 through the CLI (the command a user
 runs), and a tiny random LLaDA-V in fp16. Beyond the parity report the export writes itself, the graphs are

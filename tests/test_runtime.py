@@ -1,4 +1,4 @@
-"""The runtime pipeline on the fixture export (DESIGN §2, §4): tokens equal to the PyTorch reference, with and
+"""The runtime pipeline on the fixture export (docs/DESIGN.md §2, §4): tokens equal to the PyTorch reference, with and
 without Seer, in batches of one and mixed batches, under every dispatch policy and from several threads; bad
 input failing alone; the export folder checked; seer-run."""
 

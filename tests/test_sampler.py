@@ -1,6 +1,6 @@
 """The PyTorch reference sampler (LLaDA-V ``generate_with_embeds`` semantics, batched) and Seer's step zero.
 
-A tiny random LLaDA-V is built in the test; what is checked follows DESIGN §3-4, not the code's own output:
+A tiny random LLaDA-V is built in the test; what is checked follows docs/DESIGN.md §3-4, not the code's own output:
 commit counts per step, block order, suppression, batch == batch 1 under left padding, seeding, reuse of
 step 0's logits, and the MLP statistics recomputed by hand.
 """
@@ -106,7 +106,7 @@ def test_left_pad_prompts():
 def test_window_layout_left_padding_and_kept():
     valid = torch.tensor([[False, False, True, True], [True, True, True, True], [False, False, False, True]])
     segment_ids, position_ids = window_layout(valid, torch.tensor([2, 3, 1]), 3)
-    assert segment_ids.dtype == torch.int32  # graph contract (DESIGN §5)
+    assert segment_ids.dtype == torch.int32  # graph contract (docs/DESIGN.md §5)
     assert segment_ids.tolist() == [
         [0, 0, 1, 1, 1, 1, 0],  # padding, prompt, kept answer positions, dropped answer position
         [1, 1, 1, 1, 1, 1, 1],

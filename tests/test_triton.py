@@ -1,4 +1,4 @@
-"""seer-triton (DESIGN §7): repositories generated strictly and checked against the manifest, and the CPU flavour
+"""seer-triton (docs/DESIGN.md §7): repositories generated strictly and checked against the manifest, and the CPU flavour
 served by a real ``tritonserver`` (the binary bundled in nvidia-pytriton) on 127.0.0.1, answering over HTTP and
 gRPC exactly as ``seer-run`` does, under concurrent load and after malformed requests."""
 
@@ -277,11 +277,8 @@ def expected(fixture_export, tmp_path_factory) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def server(cpu_repo):
-    try:
-        install = ServerInstall.find()
-    except ConfigError as err:  # not a skip: serving is part of the product; CI installs it (.ci/run)
-        pytest.fail(f"the Triton server test needs the bundled tritonserver: {err}")
+def server(cpu_repo, triton_install):
+    install = ServerInstall.find(triton_install.home)  # complete, or the install was not
     with LocalServer(cpu_repo, install, start_timeout=600) as running:
         print(f"tritonserver ready in {running.started_in:.1f} s (HTTP {running.http_url}, gRPC {running.grpc_url})")
         yield running
