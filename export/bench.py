@@ -68,8 +68,8 @@ class Settings:
 
     @classmethod
     def quick(cls, threads: int = 1) -> Settings:
-        return cls(lengths=(64, 128), single_prompts=2, batch=12, long_batch=6, batch_rounds=3,
-                   step_lengths=(16, 128), step_rounds=3, threads=threads)  # fmt: skip
+        return cls(lengths=(64, 128), single_prompts=2, single_rounds=5, batch=12, long_batch=6, batch_rounds=3,
+                   step_lengths=(16, 128), step_rounds=5, step_calls=7, threads=threads)  # fmt: skip
 
 
 def ratio(num: Sequence[float], den: Sequence[float]) -> dict[str, float]:

@@ -15,15 +15,16 @@ longest row's steps; its shorter rows ride along. Policies:
   the rows (by steps, by prompt), every split into runs of consecutive rows, each run on its cheapest path
   (static at the run's longest shape, packed, or eager for one row), and also prices every other policy's
   plan; it picks the cheapest of all, so it never picks a plan it predicts slower than any fixed policy,
-  per-request execution included.
+  per-request execution included. It keeps per-request execution unless the predicted gain exceeds the cost
+  model's own error (the fit's RMS relative error on its measurements).
 - ``hybrid`` (the paper's rule): rows grouped by answer bucket B, rows with L_i <= ``short`` in groups of
   their own; per group the padding share of the static call rho = 1 - sum(P_i + L_i) / (n * (P_B + B)), prompt
-  padding included (our graphs recompute the prompt at every step, so a padded prompt slot costs what a
+  padding included (these graphs recompute the prompt at every step, so a padded prompt slot costs what a
   padded answer slot does); static when rho <= ``tau_pad`` (0.2), packed otherwise; a group of one row (a
   straggler) runs eager.
 - for comparison: ``naive_pad`` (rows in arrival order, a batch bucket's worth per call, each call padded to
-  its longest prompt and window),
-  ``static`` and ``packed`` (every bucket group on that path), ``per_request`` (every row alone, eager).
+  its longest prompt and window), ``static`` and ``packed`` (every bucket group on that path), ``per_request``
+  (every row alone, eager).
 
 Whatever the plan, each row computes the same values: only the time changes.
 """
@@ -86,6 +87,7 @@ class CostModel:
     c0: float
     c1: float
     c2: float
+    error: float = 0.0  # RMS relative error of the fit on its own measurements: how far a prediction may be off
 
     def __call__(self, batch: int, seq: int) -> float:
         return self.c0 + self.c1 * batch * seq + self.c2 * batch * seq * seq
@@ -113,7 +115,7 @@ class CostModel:
             err = float(((feats @ full - 1.0) ** 2).sum())
             if err < best_err:
                 best, best_err = tuple(float(c) for c in full), err
-        return cls(*best)
+        return cls(*best, error=float(np.sqrt(best_err / len(t))))
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
@@ -221,6 +223,10 @@ def plan_dispatch(
             plans = [search_groups(order, ctx, cost) for order in _orders(ctx)]
             plans += [fixed_groups(p, ctx, tau_pad, short) for p in POLICIES if p != "cost_model"]
             groups = min(plans, key=lambda gs: sum(cost.group_seconds(g) for g in gs))
+            alone = fixed_groups("per_request", ctx, tau_pad, short)
+            seconds = sum(cost.group_seconds(g) for g in alone)
+            if seconds <= (1 + cost.error) * sum(cost.group_seconds(g) for g in groups):
+                groups = alone  # a predicted gain within the model's own error is no gain: keep it simple
             predicted = sum(cost.group_seconds(g) for g in groups)
     else:
         groups = fixed_groups(policy, ctx, tau_pad, short)

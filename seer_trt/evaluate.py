@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
         progress(f"{args.n} prompts x {len(MODES)} modes ({', '.join(MODES)})")
         report = evaluate(args.engines, args.n, args.seed, args.gen_length, progress=progress)
+        report["command"] = "seer-eval " + " ".join(sys.argv[1:] if argv is None else argv)
         print(table(report["modes"], args.n, report["gen_length"]))
         if args.json:
             write_json(args.json, report)

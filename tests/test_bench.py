@@ -25,6 +25,7 @@ def test_seer_eval_json_plot_and_consistency(fixture_export, tmp_path):
     report = json.loads((tmp_path / "e.json").read_text())
     modes = report["modes"]
     assert set(modes) == {"padded", "early_stop", "seer", "oracle"} and report["gen_length"] == 32
+    assert report["command"].startswith("seer-eval --engines ")
     for row in modes.values():
         assert 0.0 <= row["exact_match"] <= 1.0
         tasks = row["exact_by_task"]

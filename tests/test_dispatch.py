@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -105,6 +107,12 @@ def test_cost_model_batches_rows_of_equal_steps_and_keeps_long_rows_apart():
     assert sorted(g.rows for g in plan.groups) == [(0, 1, 2, 3), (4, 5)]
     assert plan.groups[0].prompt_len == 22 and plan.groups[0].gen_len == 2  # static at the group's longest row
     assert plan.predicted_s == pytest.approx(sum(cost.group_seconds(g) for g in plan.groups))
+    alone = plan_dispatch(prompts, kept, steps, BUCKETS, "per_request", cost=cost).predicted_s
+    gain = alone / plan.predicted_s - 1
+    assert gain > 0.1
+    unsure = dataclasses.replace(cost, error=gain + 0.01)  # a model this unsure of itself keeps per-request
+    plan = plan_dispatch(prompts, kept, steps, BUCKETS, "cost_model", cost=unsure)
+    assert [g.path for g in plan.groups] == ["eager"] * 6 and plan.predicted_s == pytest.approx(alone)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -127,6 +135,9 @@ def test_cost_model_fit_recovers_its_coefficients():
     shapes = [(b, s) for b in (1, 4) for s in (32, 96, 288)]
     fitted = CostModel.fit(shapes, [true(b, s) for b, s in shapes])
     assert fitted.c0 == pytest.approx(true.c0, rel=1e-6) and fitted.c2 == pytest.approx(true.c2, rel=1e-6)
+    assert fitted.error < 1e-9
+    noisy = CostModel.fit(shapes, [true(b, s) * (1.1 if k % 2 else 0.9) for k, (b, s) in enumerate(shapes)])
+    assert 0.05 < noisy.error < 0.15  # +-10 % timings: about 10 % RMS error
     # times that least squares would explain with a negative launch cost: the fit stays non-negative
     shapes = [(1, 16), (1, 32), (1, 64), (1, 128)]
     fitted = CostModel.fit(shapes, [0.9e-3, 2.1e-3, 4.2e-3, 8.6e-3])

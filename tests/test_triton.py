@@ -404,3 +404,18 @@ def test_malformed_request_gets_an_error_and_the_server_keeps_serving(clients, e
     assert words in str(err.value), str(err.value)
     assert client.is_server_live() and client.is_model_ready("seer")
     assert answer(client.infer("seer", inputs(module, CASES[0]))) == wanted(expected[0])
+
+
+def test_readme_client_snippet_runs_against_the_server(server):
+    """The README's Python client snippet, verbatim, pointed at this server through TRITON_GRPC."""
+    import os
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    serving = readme[readme.index("## Serving on Triton") :]
+    code = re.search(r"```python\n(.*?)```", serving, re.S).group(1)
+    env = {**os.environ, "TRITON_GRPC": server.grpc_url}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text, kept, steps = out.stdout.split()[:-2], *out.stdout.split()[-2:]
+    assert " ".join(text) == "1 2 3 4 5" and int(kept) >= 1 and int(steps) >= 1
