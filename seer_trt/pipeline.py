@@ -97,8 +97,9 @@ class Request:
             raise InputError(f"temperature is {t!r}; expected a finite number >= 0 (0: greedy)")
         if self.remasking is not None and not isinstance(self.remasking, str):
             raise InputError(f"remasking is {self.remasking!r}; expected 'low_confidence' or 'random'")
-        if not isinstance(self.seer, bool | np.bool_):
-            raise InputError(f"seer is {self.seer!r}; expected true or false")
+        for name in ("seer", "early_stop"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise InputError(f"{name} is {getattr(self, name)!r}; expected true or false")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Request:
