@@ -7,7 +7,7 @@ Out: per-layer step-zero profiles around the true answer end (table and PNG); fo
      end-token probability) the detection quality of its best setting; the chosen calibration, optionally
      written into the model's ``config.json`` (``--write``).
 
-Probes (DESIGN §4, "Step-zero probes"): for every layer k, scikit-learn's logistic regression on the
+Probes (docs/DESIGN.md §4, "Step-zero probes"): for every layer k, scikit-learn's logistic regression on the
 RMS-normalised residual stream after layer k at every answer position of the fitting split (label: at or past
 the true ``<|eot_id|>``; the detector's threshold is then chosen on another split, so the probe's fit does not
 flatter it); the scaler is folded into one weight vector and a bias, which the early-exit graph

@@ -1,4 +1,4 @@
-"""``seer-export``: a LLaDA-V checkpoint -> ONNX graphs, tokenizer and ``manifest.json``, validated (DESIGN §5).
+"""``seer-export``: a LLaDA-V checkpoint -> ONNX graphs, tokenizer and ``manifest.json``, validated (docs/DESIGN.md §5).
 
 In:  ``--model NAME`` (``tiny-llada-v`` bundled, ``llada-v`` from ``--checkpoint DIR`` or the local HF cache),
      ``--out DIR``, precision, opset, which graphs.

@@ -1,4 +1,4 @@
-"""The ``tiny-llada-v`` fixture: its tokenizer, its config, and batches of its synthetic task (DESIGN §9).
+"""The ``tiny-llada-v`` fixture: its tokenizer, its config, and batches of its synthetic task (docs/DESIGN.md §9).
 
 In:  task samples from ``seer_trt.tasks``.
 Out: a word-level ``tokenizers`` tokenizer with LLaDA-V's special-token strings and chat template, the tiny

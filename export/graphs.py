@@ -1,4 +1,4 @@
-"""The exported graphs as thin modules around the untouched PyTorch LLaDA-V (DESIGN §4-5).
+"""The exported graphs as thin modules around the untouched PyTorch LLaDA-V (docs/DESIGN.md §4-5).
 
 In:  an ``LLaDAV`` (real weights, or on the ``meta`` device for export), the model's special tokens and its
      Seer calibration; the contract of each graph from ``seer_trt.graphs``.
@@ -8,7 +8,7 @@ Out: one ``nn.Module`` per graph whose ``forward`` takes that graph's inputs in 
 Nothing here re-implements the model: each module calls ``LLaDAV`` (``forward``, ``hidden_states``,
 ``tile_features``) and reads the MLP statistic through ``seer_export.seer.capture_mlp`` hooks and the probe
 through ``seer_export.seer.probe_score``, so the graphs compute what the reference computes. Special ids are baked in as constants from ``SpecialTokens`` (the
-manifest records them). Suppression uses ``where`` (``bias * mask`` turns -inf * 0 into NaN, DESIGN §11).
+manifest records them). Suppression uses ``where`` (``bias * mask`` turns -inf * 0 into NaN, docs/DESIGN.md §11).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class VisionGraph(_Graph):
 
 class StepZeroGraph(_Graph):
     """Early exit: embeddings and decoder layers 0..k only, then layer k's MLP statistic and, for a probe
-    calibration, the probe's score on the residual stream after layer k (DESIGN §4)."""
+    calibration, the probe's score on the residual stream after layer k (docs/DESIGN.md §4)."""
 
     def __init__(self, model: LLaDAV, special: SpecialTokens, seer: SeerConfig) -> None:
         super().__init__(model, special, seer)

@@ -1,4 +1,4 @@
-"""Export a LLaDA-V checkpoint to the ONNX graphs of ``seer_trt.graphs`` plus ``manifest.json`` (DESIGN §3, §5, §11).
+"""Export a LLaDA-V checkpoint to the ONNX graphs of ``seer_trt.graphs`` plus ``manifest.json`` (docs/DESIGN.md §3, §5, §11).
 
 In:  ``ExportOptions``: a registered model (or ``--checkpoint DIR``), the graphs, fp32 or fp16, the opset, the
      output folder.
@@ -351,7 +351,7 @@ def check_precision(model, spec: GraphSpec, vocab: int) -> None:
     if bad:
         raise ExportError(
             f"{spec.name}: {len(bad)} node(s) that must compute in float32 do not: {bad[:4]}; the precision policy "
-            f"(DESIGN §5) is broken for this torch/onnxscript version"
+            f"(docs/DESIGN.md §5) is broken for this torch/onnxscript version"
         )
 
 

@@ -219,7 +219,7 @@ def save_goldens(folder: Path, spec: GraphSpec, cases: list[Case]) -> None:
 def answer_positions(tokens: np.ndarray, kept: np.ndarray, eot_id: int) -> np.ndarray:
     """[B, N] bool: each row's answer, positions 0 through its first ``<|eot_id|>`` (its kept window without one).
 
-    What the user reads (DESIGN §8 counts valid tokens the same way); what follows the end token is dropped by
+    What the user reads (docs/DESIGN.md §8 counts valid tokens the same way); what follows the end token is dropped by
     decoding, and there a model's near-tied guesses flip under fp16 rounding without changing any answer.
     """
     positions = np.arange(tokens.shape[1])[None]  # [1, N]

@@ -1,4 +1,4 @@
-"""Reference sampler with LLaDA-V ``generate_with_embeds`` semantics, batched (DESIGN §3).
+"""Reference sampler with LLaDA-V ``generate_with_embeds`` semantics, batched (docs/DESIGN.md §3).
 
 In:  the model, left-padded prompt embeddings [B, P, D] with validity [B, P], generation settings, special
      tokens, and optionally the kept window L* per row (Seer truncation) and step 0's logits.
@@ -10,6 +10,11 @@ Per step: logits of the answer window; at still-masked positions the endoftext /
 L*) get -inf; each row commits its top-k, k from ``seer_trt.schedule``. As upstream, the mask id itself is not
 suppressed: a trained model never predicts it (it is never a training target). Upstream is batch 1 with a Python
 loop over rows; here the top-k is a rank comparison over the batch, so left-padded rows match batch 1.
+
+``early_stop`` is upstream's ``stopping_criteria=['<|eot_id|>']``, what LLaDA-V's demo and evaluation run
+(docs/DESIGN.md §3): once a row has committed an ``<|eot_id|>``, only positions before its first one may commit
+(a top-k that finds fewer eligible positions commits fewer), and the row stops, using no more forward passes,
+when no position before it is masked. The answer (ids before the first ``<|eot_id|>``) is then complete.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from seer_trt.schedule import plan_schedule
 class Generation:
     tokens: np.ndarray  # [B, N] int64 answer ids; masks past each row's kept window
     kept: np.ndarray  # [B] int64 L* (N without truncation)
-    steps: np.ndarray  # [B] int64 denoising steps used per row
+    steps: np.ndarray  # [B] int64 denoising steps (forward passes) each row used
 
 
 def suppress_special(logits: torch.Tensor, masked: torch.Tensor, special: SpecialTokens) -> torch.Tensor:
@@ -60,6 +65,7 @@ def generate(
     kept: np.ndarray | None = None,
     step0_logits: torch.Tensor | None = None,
     seed: int | list[int] = 0,
+    early_stop: bool = False,
 ) -> Generation:
     """Denoise an answer window of ``gen.gen_length`` positions, each row truncated to ``kept[b]`` if given.
 
@@ -71,9 +77,10 @@ def generate(
         special: the model's special token ids.
         kept: [B] kept window per row (Seer's L*); None runs the full window (the padded baseline).
         step0_logits: [B, N, V] logits of a full-depth step-zero pass to use for step 0 instead of a forward
-            on the truncated window (DESIGN §4, Truncation).
+            on the truncated window (docs/DESIGN.md §4, Truncation).
         seed: seeds the Gumbel noise and random remasking, one generator per row (an int seeds every row the
             same way), so a row draws the same noise in a batch as alone.
+        early_stop: upstream's ``stopping_criteria=['<|eot_id|>']`` (see the module docstring).
     """
     batch, n = prefix_embeds.shape[0], gen.gen_length
     if kept is not None and np.shape(kept) != (batch,):
@@ -94,8 +101,16 @@ def generate(
         return torch.stack([torch.rand(shape, generator=g, dtype=torch.float64) for g in rngs]).to(device)
 
     x = torch.full((batch, n), special.mask_id, dtype=torch.long, device=device)  # [B, N]
+    stop = torch.full((batch,), n, device=device)  # [B] first committed <|eot_id|> (N: none yet)
+    row_steps = torch.as_tensor(schedule.steps, device=device)  # [B]
+    used = torch.zeros(batch, dtype=torch.long, device=device)  # [B] forward passes each row took part in
     for t in range(schedule.num_steps):
         masked = x == special.mask_id  # [B, N]
+        before_stop = positions < torch.minimum(stop, kept_t)[:, None]  # [B, N] the kept window, before the stop
+        live = (masked & before_stop).any(1) & (t < row_steps)  # [B]
+        if not live.any():  # every row stopped early (early_stop), or has no step left
+            break
+        used += live.long()
         logits = (
             step0_logits
             if (t == 0 and step0_logits is not None)
@@ -113,8 +128,10 @@ def generate(
             conf = torch.gather(p, -1, x0[..., None])[..., 0]  # [B, N] float64
         else:
             conf = noise(n)
-        eligible = masked & (positions < block_end[:, t, None])
+        eligible = masked & (positions < block_end[:, t, None]) & before_stop & live[:, None]
         conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
         commit = commit_top_k(conf, transfer[:, t]) & eligible
         x = torch.where(commit, x0, x)
-    return Generation(tokens=x.cpu().numpy(), kept=schedule.kept, steps=schedule.steps)
+        if early_stop:
+            stop = torch.where(x == special.eot_id, positions, n).amin(1)
+    return Generation(tokens=x.cpu().numpy(), kept=schedule.kept, steps=used.cpu().numpy())

@@ -1,4 +1,4 @@
-"""Seer reference path in PyTorch: step-zero statistics, boundary, truncated generation (DESIGN §4).
+"""Seer reference path in PyTorch: step-zero statistics, boundary, truncated generation (docs/DESIGN.md §4).
 
 In:  the model, left-padded prompts, generation settings, the model's Seer calibration.
 Out: step-zero profiles (per layer MLP statistics, the RMS-normalised residual stream a probe reads, end-token
@@ -90,7 +90,7 @@ def mlp_statistic(seen: dict[str, torch.Tensor], statistic: str, tau_abs: float)
     """[B, S] float32: one probed layer's statistic over its hidden units, from ``capture_mlp``'s record.
 
     ``abs_below``: mean(|h| < tau_abs) of down_proj's input h; ``gate_negative``: mean(gate(x) < 0). Both in
-    float32 whatever the model's dtype (DESIGN §4); the step-zero graphs compute exactly this.
+    float32 whatever the model's dtype (docs/DESIGN.md §4); the step-zero graphs compute exactly this.
     """
     if statistic == "abs_below":
         return (seen["h"].float().abs() < tau_abs).float().mean(-1)
@@ -166,11 +166,13 @@ def seer_generate(
     special: SpecialTokens,
     seer: SeerConfig,
     seed: int | list[int] = 0,
+    early_stop: bool = False,
 ) -> tuple[Generation, np.ndarray]:
-    """Seer: step zero, boundary, one-shot truncation, denoising on the kept window.
+    """Seer: step zero, boundary, one-shot truncation, denoising on the kept window (``early_stop``: see
+    ``seer_export.sampler.generate``).
 
     An MLP statistic or a probe at layer k: the early exit (layers 0..k), then step 0 runs on the kept window.
-    The end-token signal: one full-depth pass, whose logits over the kept positions serve as step 0 (DESIGN §4).
+    The end-token signal: one full-depth pass, whose logits over the kept positions serve as step 0 (docs/DESIGN.md §4).
     Returns the generation and the step-zero profile [B, N] the boundary was read from.
     """
     layers = () if seer.full_depth else (seer.probe_layer,)
@@ -178,7 +180,18 @@ def seer_generate(
                      full_depth=seer.full_depth, residual=seer.signal == "probe")  # fmt: skip
     profile = zero.profile(seer)
     kept = detect(profile, seer)
-    out = generate(model, prefix_embeds, prefix_valid, gen, special, kept=kept, step0_logits=zero.logits, seed=seed)
+    # A full-depth step zero already holds step 0's predictions over the kept positions: reuse them.
+    out = generate(
+        model,
+        prefix_embeds,
+        prefix_valid,
+        gen,
+        special,
+        kept=kept,
+        step0_logits=zero.logits,
+        seed=seed,
+        early_stop=early_stop,
+    )
     return out, profile
 
 

@@ -1,4 +1,4 @@
-"""One external-data file for every graph of an export: each tensor stored once (DESIGN §5, "weights stored once").
+"""One external-data file for every graph of an export: each tensor stored once (docs/DESIGN.md §5, "weights stored once").
 
 In:  the graphs of one export as ONNX IR models, one after another; their initializers are the checkpoint's
      tensors (``onnx_ir.LazyTensor`` named by checkpoint key, ``KEY.T`` when stored transposed) and the

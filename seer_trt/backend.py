@@ -1,4 +1,4 @@
-"""Backends: run the graphs a manifest names, by name, with named inputs and outputs (DESIGN §2, §5).
+"""Backends: run the graphs a manifest names, by name, with named inputs and outputs (docs/DESIGN.md §2, §5).
 
 In:  an export folder and its ``Manifest``; per call a graph name and a feed dict of numpy arrays.
 Out: the graph's outputs by name, as numpy arrays.
@@ -13,7 +13,7 @@ step; those bindings are kept least recently used first out within ``cache_bytes
 long-running server that sees every length stays bounded. Sessions are shared between threads (ONNX Runtime's
 ``run`` is thread-safe), bindings are not.
 
-Weights are loaded once across sessions (DESIGN §5): every graph of an export reads its tensors from one shared
+Weights are loaded once across sessions (docs/DESIGN.md §5): every graph of an export reads its tensors from one shared
 file, which ``OrtBackend`` memory-maps and hands to each session as shared initializers
 (``SessionOptions.add_initializer``), one ``OrtValue`` per tensor; its pages are read once, on first use, and
 shared with other processes mapping the same file. That needs ONNX Runtime's weight prepacking off: a session

@@ -1,4 +1,4 @@
-"""Answer-boundary detection at step zero (DESIGN §4, the paper's SNR criterion).
+"""Answer-boundary detection at step zero (docs/DESIGN.md §4, the paper's SNR criterion).
 
 In:  a step-zero profile [B, N] over the N answer positions (the probe layer's MLP statistic, a linear probe's
      probability, or the probability of an end token), and the detector's parameters.

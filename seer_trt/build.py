@@ -1,4 +1,4 @@
-"""Build TensorRT plans from an export's ONNX graphs, one engine per graph holding all its profiles (DESIGN §6).
+"""Build TensorRT plans from an export's ONNX graphs, one engine per graph holding all its profiles (docs/DESIGN.md §6).
 
 In:  ``BuildOptions``: the export folder (``seer-export``), the TensorRT flavour, which graphs, ``--profiles``
      overrides of the manifest's length buckets, a timing cache.

@@ -1,4 +1,4 @@
-"""``seer-build``: TensorRT plans for an export folder, one engine per graph with its length profiles (DESIGN §6).
+"""``seer-build``: TensorRT plans for an export folder, one engine per graph with its length profiles (docs/DESIGN.md §6).
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), ``--builder``, ``--graphs``, ``--profiles`` overrides of the
      manifest's buckets, ``--timing-cache FILE``, ``--opt-level``, ``--dry-run``.

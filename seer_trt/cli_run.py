@@ -1,8 +1,8 @@
-"""``seer-run``: answer prompts with the Seer pipeline over an export folder (DESIGN §2).
+"""``seer-run``: answer prompts with the Seer pipeline over an export folder (docs/DESIGN.md §2).
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), one ``--prompt`` (with ``--image``) or ``--input FILE.jsonl``
      (one request object per line: ``prompt``, optional ``image`` path, ``system``, ``gen_length``, ``steps``,
-     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``seed``), UTF-8.
+     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``early_stop``, ``window``, ``seed``), UTF-8.
 Out: the answer text (or, with ``--json``, the whole result); with ``--input``, one JSON result per line in
      ``--output`` (stdout by default), a failed request (bad JSON, not UTF-8, a bad field or image) carrying its
      ``error`` while the others are answered. Exit status: 0 every request answered, 1 some failed (``--input``),
@@ -24,7 +24,7 @@ PROG = "seer-run"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from seer_trt.dispatch import POLICIES
+    from seer_trt.dispatch import DEFAULT_POLICY, POLICIES
 
     ap = Parser(
         prog=PROG,
@@ -39,10 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--output", type=Path, help="JSONL results for --input (default: stdout)")
     ap.add_argument("--json", action="store_true", help="print the whole result as JSON (--prompt)")
     ap.add_argument("--no-seer", action="store_true", help="the padded baseline: denoise all gen_length positions")
+    ap.add_argument("--early-stop", action="store_true",
+                    help="LLaDA-V's official stopping criterion: stop once the answer before the first <|eot_id|> "
+                    "is complete (with or without Seer)")  # fmt: skip
     ap.add_argument("--gen-length", type=int, help="answer window (default: the export's)")
     ap.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
     ap.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
-    ap.add_argument("--policy", default="hybrid", choices=POLICIES, help="how rows are batched (default: hybrid)")
+    ap.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES,
+                    help=f"how rows are batched (default: {DEFAULT_POLICY}, timed on the backend at first use)")  # fmt: skip
     ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "tensorrt", "tensorrt-rtx"),
                     help="onnxruntime (default), or the TensorRT plans seer-build recorded")  # fmt: skip
     ap.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu (default), cuda, tensorrt")
@@ -100,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                                        ("temperature", args.temperature)) if v is not None}  # fmt: skip
         if args.no_seer:
             overrides["seer"] = False
+        if args.early_stop:
+            overrides["early_stop"] = True
         if args.input is not None and args.image is not None:
             raise InputError("--image goes with --prompt; in --input, give each request an 'image' path")
         pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,

@@ -1,4 +1,4 @@
-"""``seer-triton``: a Triton Inference Server model repository for an export folder (DESIGN §7).
+"""``seer-triton``: a Triton Inference Server model repository for an export folder (docs/DESIGN.md §7).
 
 In:  ``--engines DIR`` (a ``seer-export`` folder, with TensorRT plans when ``seer-build`` ran), ``--out REPO``,
      ``--flavour gpu|cpu``, ``--name NAME``.

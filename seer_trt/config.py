@@ -140,7 +140,7 @@ class GenerationConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SeerConfig:
-    """Which step-zero signal predicts the answer end, and the detector that turns it into L* (DESIGN §4).
+    """Which step-zero signal predicts the answer end, and the detector that turns it into L* (docs/DESIGN.md §4).
 
     The defaults are the paper's rule for LLaDA-8B-class models: fraction of ``|h| < 1e-3`` in the SwiGLU
     intermediate (the input of ``down_proj``) at layer 3, jump upwards, ``tau_jump`` 0.03, ``gamma`` 0.6,

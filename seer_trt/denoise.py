@@ -1,15 +1,21 @@
-"""Stage 5, denoise: the one denoising loop, for any group of rows in any layout (DESIGN §3, §4).
+"""Stage 5, denoise: the one denoising loop, for any group of rows in any layout (docs/DESIGN.md §3, §4).
 
 In:  a ``Layout`` (how the group's rows sit in the graph call), their ``Schedule`` (tokens to commit per row
      and step, block ends), a ``Decoder`` (greedy through the ``denoise`` graph, or sampled from
      ``denoise_logits``), and optionally step 0's prediction from a full-depth step-zero pass.
-Out: the answer tokens [n, L_max]; row i's first ``kept[i]`` positions are its answer window.
+Out: ``Denoised``: the answer tokens [n, L_max] (row i's first ``kept[i]`` positions are its answer window) and
+     the steps each row took part in.
 
 Per step, LLaDA-V's ``generate_with_embeds``: predict every masked position (special ids suppressed there, in
 the graph), confidence = probability of the prediction (``low_confidence``) or a uniform draw (``random``);
 positions past the row's current block are not eligible; each row commits its ``transfer[t]`` most confident
 eligible positions (ties to the earlier position). Everything is vectorised over rows: the step loop has no
 per-row Python loop and allocates only its small [n, L_max] state arrays.
+
+With ``stop_id`` (LLaDA-V's ``stopping_criteria=['<|eot_id|>']``, the official demo's and evaluation's setting,
+docs/DESIGN.md §3), a row that has committed ``stop_id`` may commit only before its first one, and is done when
+no position before it is masked; the loop ends when every row is done. A done row still rides along in its
+group's calls (its values do not change), so early stopping saves calls only once a whole group is done.
 """
 
 from __future__ import annotations
@@ -97,6 +103,12 @@ def commit_top_k(confidence: np.ndarray, k: np.ndarray) -> np.ndarray:
     return rank < np.asarray(k)[:, None]
 
 
+@dataclasses.dataclass(frozen=True)
+class Denoised:
+    tokens: np.ndarray  # [n, L_max] int64; mask_id past each row's window
+    steps: np.ndarray  # [n] int64: steps in which the row still had a position to commit (<= its schedule's)
+
+
 def denoise(
     backend: Backend,
     layout: Layout,
@@ -104,8 +116,9 @@ def denoise(
     decoder: Decoder,
     mask_id: int,
     step0: tuple[np.ndarray, np.ndarray] | None = None,
-) -> np.ndarray:
-    """Denoise a group's answer windows; returns tokens [n, L_max] (``mask_id`` past each row's window).
+    stop_id: int | None = None,
+) -> Denoised:
+    """Denoise a group's answer windows.
 
     Args:
         backend: runs ``decoder.graph``.
@@ -114,6 +127,7 @@ def denoise(
         decoder: ``Greedy()`` or ``Sampled(...)``.
         mask_id: the mask token id.
         step0: ([n, >= L_max] x0, confidence) of a full-depth step-zero pass, used as step 0 (greedy only).
+        stop_id: early stopping at this token (``<|eot_id|>``); None runs every scheduled step.
     """
     n, width = len(schedule.kept), int(schedule.kept.max())
     shape = (n, width)
@@ -121,17 +135,26 @@ def denoise(
     positions = np.arange(width)[None]  # [1, L_max]
     feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": None, "segment_ids": layout.segment_ids,
              "position_ids": layout.position_ids}  # fmt: skip
+    window = positions < schedule.kept[:, None]  # [n, L_max]
+    stop = np.full(n, width)  # [n] first committed stop_id (width: none)
+    used = np.zeros(n, dtype=np.int64)
     for t in range(schedule.num_steps):
         masked = x == mask_id
-        if t == 0 and step0 is not None:  # the full-depth step zero already predicted step 0 (DESIGN §4)
-            live = positions < schedule.kept[:, None]
-            x0 = np.where(live, step0[0][:, :width], mask_id)
-            conf = np.where(live, step0[1][:, :width], -np.inf)
+        open_ = masked & window & (positions < stop[:, None])  # positions this row may still commit
+        live = open_.any(1) & (t < schedule.steps)  # [n]
+        if not live.any():
+            break
+        used += live
+        if t == 0 and step0 is not None:  # the full-depth step zero already predicted step 0 (docs/DESIGN.md §4)
+            x0 = np.where(window, step0[0][:, :width], mask_id)
+            conf = np.where(window, step0[1][:, :width], -np.inf)
         else:
             feeds["gen_ids"] = layout.gen_ids(x, mask_id)
             x0, conf = decoder(backend.run(decoder.graph, feeds), layout, t, shape, mask_id)
-        eligible = masked & (positions < schedule.block_end[:, t, None])
+        eligible = open_ & live[:, None] & (positions < schedule.block_end[:, t, None])
         conf = np.where(eligible, conf.astype(np.float64), -np.inf)
         commit = commit_top_k(conf, schedule.transfer[:, t]) & eligible
         x = np.where(commit, x0, x)
-    return x
+        if stop_id is not None:
+            stop = np.where(x == stop_id, positions, width).min(1)
+    return Denoised(x, used)

@@ -1,4 +1,4 @@
-"""Stage 1, preprocess: a request's text and image -> its prompt embeddings [P, D] (DESIGN §3, §5).
+"""Stage 1, preprocess: a request's text and image -> its prompt embeddings [P, D] (docs/DESIGN.md §3, §5).
 
 In:  prompt text (``<image>`` marks where the picture goes; prepended when an image comes without one), an
      optional system message, an optional image (path, bytes or [H, W, 3] uint8 array, within ``ImageLimits``),

@@ -1,31 +1,37 @@
-"""``seer-eval``: accuracy of the padded baseline, Seer and the oracle on held-out fixture prompts (DESIGN §8).
+"""``seer-eval``: accuracy of the padded loop, LLaDA-V's early-stopping loop, Seer and the oracle on held-out
+fixture prompts (docs/DESIGN.md §8).
 
 In:  an export of the fixture model (``seer-export --model tiny-llada-v``), a sample count, a seed, a window N.
-Out: per mode exact match against the ground truth (overall and per task) and against the baseline's own
-     answers; for Seer the premature-cut rate (L* shorter than the true answer plus its ``<|eot_id|>``), the mean
-     kept window over the true length and the distribution of L* minus the true length; markdown tables, JSON
-     and a PNG.
+Out: per mode exact match against the ground truth (overall and per task) and against the padded loop's own
+     answers, and the mean steps; for Seer the premature-cut rate (L* shorter than the true answer plus its
+     ``<|eot_id|>``), the mean kept window over the true length and the distribution of L* minus the true
+     length; markdown tables, JSON and a PNG; a progress line per chunk of prompts on stderr.
 
-Modes: ``baseline`` denoises all N positions every step; ``seer`` cuts at the step-zero boundary; ``oracle``
-cuts at the true length (answer + ``<|eot_id|>``), the physical limit of truncation. All three run through the
-same pipeline, so the only difference between them is the window.
+Modes: ``padded`` denoises all N positions every step; ``early_stop`` is the official setting of LLaDA-V's demo
+and evaluation (``stopping_criteria=['<|eot_id|>']``: stop once the answer before the first ``<|eot_id|>`` is
+complete); ``seer`` cuts at the step-zero boundary; ``oracle`` cuts at the true length (answer +
+``<|eot_id|>``), the physical limit of truncation. All run through the same pipeline.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from seer_trt.cli import Parser, fail, git_sha, require_extra, save_figure, write_json
+from seer_trt.dispatch import DEFAULT_POLICY
 from seer_trt.errors import ConfigError, SeerError
 from seer_trt.pipeline import Request, Result, SeerPipeline
 from seer_trt.tasks import Sample, make_samples, vocabulary
 
-MODES = ("baseline", "seer", "oracle")
+MODES = ("padded", "early_stop", "seer", "oracle")
+CHUNK = 50  # prompts per batch, and per progress line
 HELD_OUT_SEED = 7  # the trainer draws from seeds >= 1_000_000
 
 
@@ -56,17 +62,25 @@ def oracle_window(pipe: SeerPipeline, sample: Sample, gen_length: int) -> int:
     return min(len(truth_ids(pipe, sample)) + 1, gen_length)
 
 
-def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, modes=MODES,
-              policy: str | None = None) -> dict[str, list[Result]]:  # fmt: skip
-    """Each mode's results over ``samples``, one batch per mode."""
-    out = {}
+def mode_request(pipe: SeerPipeline, sample: Sample, mode: str, gen_length: int | None) -> Request:
+    """The request of ``sample`` in one of MODES."""
     n = gen_length or pipe.manifest.generation.gen_length
+    window = oracle_window(pipe, sample, n) if mode == "oracle" else None
+    return Request(sample.question, sample.image, gen_length=gen_length, seer=mode in ("seer", "oracle"),
+                   window=window, early_stop=mode == "early_stop")  # fmt: skip
+
+
+def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, modes=MODES,
+              policy: str | None = None, progress: Callable[[str], None] | None = None) -> dict[str, list[Result]]:  # fmt: skip
+    """Each mode's results over ``samples``, in batches of CHUNK prompts."""
+    out: dict[str, list[Result]] = {}
     for mode in modes:
-        reqs = []
-        for s in samples:
-            window = oracle_window(pipe, s, n) if mode == "oracle" else None
-            reqs.append(Request(s.question, s.image, gen_length=gen_length, seer=mode != "baseline", window=window))
-        results = pipe.generate(reqs, policy=policy)
+        results: list[Result] = []
+        for start in range(0, len(samples), CHUNK):
+            chunk = samples[start : start + CHUNK]
+            results += pipe.generate([mode_request(pipe, s, mode, gen_length) for s in chunk], policy=policy)
+            if progress:
+                progress(f"{mode}: {len(results)}/{len(samples)} prompts")
         failed = [r.error for r in results if not r.ok]
         if failed:
             raise SeerError(f"{mode}: {len(failed)} request(s) failed, first: {failed[0]}")
@@ -75,10 +89,10 @@ def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None,
 
 
 def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[Result]]) -> dict[str, Any]:
-    """Per mode: exact match vs truth and vs the baseline; Seer's cut statistics."""
+    """Per mode: exact match vs truth and vs the padded loop; Seer's cut statistics."""
     truth = [truth_ids(pipe, s) for s in samples]
     true_len = np.array([len(t) + 1 for t in truth])  # answer + <|eot_id|>
-    base = [list(r.token_ids) for r in results["baseline"]] if "baseline" in results else None
+    base = [list(r.token_ids) for r in results["padded"]] if "padded" in results else None
     out: dict[str, Any] = {}
     for mode, rs in results.items():
         answers = [list(r.token_ids) for r in rs]
@@ -91,7 +105,7 @@ def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[R
             "exact_by_task": by_task(samples, hits),
         }
         if base is not None:
-            row["match_baseline"] = float(np.mean([a == b for a, b in zip(answers, base, strict=True)]))
+            row["match_padded"] = float(np.mean([a == b for a, b in zip(answers, base, strict=True)]))
         if mode == "seer":
             diff = kept - true_len
             row["premature_cut_rate"] = float(np.mean(diff < 0))
@@ -116,13 +130,13 @@ def table(m: dict[str, Any], n: int, gen_length: int, detector: str = "") -> str
     """``detector``: what "seer" cut with (``SeerConfig.describe``), printed under the title."""
     lines = [
         f"{n} held-out fixture prompts, gen_length {gen_length}" + (f"; seer = {detector}" if detector else ""),
-        "| mode | exact match | = baseline | premature cuts | kept / true | mean kept | mean steps |",
+        "| mode | exact match | = padded | premature cuts | kept / true | mean kept | mean steps |",
         "|---|---|---|---|---|---|---|",
     ]
     for mode, row in m.items():
         pre = f"{100 * row['premature_cut_rate']:.1f} %" if "premature_cut_rate" in row else "-"
         ratio = f"{row['mean_kept_over_true']:.2f}x" if "mean_kept_over_true" in row else "-"
-        same = f"{100 * row['match_baseline']:.1f} %" if "match_baseline" in row else "-"
+        same = f"{100 * row['match_padded']:.1f} %" if "match_padded" in row else "-"
         lines.append(f"| {mode} | {100 * row['exact_match']:.1f} % | {same} | {pre} | {ratio} | "
                      f"{row['mean_kept']:.1f} | {row['mean_steps']:.1f} |")  # fmt: skip
     modes = list(m)
@@ -152,7 +166,8 @@ def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> 
         fontsize=8,
     )
     modes = list(m)
-    ax2.bar(modes, [100 * m[k]["exact_match"] for k in modes], color=["0.5", "tab:blue", "tab:green"][: len(modes)])
+    colours = {"padded": "0.5", "early_stop": "tab:orange", "seer": "tab:blue", "oracle": "tab:green"}
+    ax2.bar(modes, [100 * m[k]["exact_match"] for k in modes], color=[colours.get(k, "0.3") for k in modes])
     ax2.set_ylabel("exact match (%)")
     ax2.set_ylim(0, 100)
     fig.tight_layout()
@@ -160,12 +175,12 @@ def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> 
 
 
 def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
-             policy: str = "hybrid") -> dict[str, Any]:  # fmt: skip
+             policy: str = DEFAULT_POLICY, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run every mode on ``n`` held-out prompts and return the figures (what ``--json`` writes)."""
     pipe = SeerPipeline.from_manifest(engines, policy=policy)
     samples = fixture_samples(pipe, n, seed)
     gen = gen_length or pipe.manifest.generation.gen_length
-    results = run_modes(pipe, samples, gen_length)
+    results = run_modes(pipe, samples, gen_length, progress=progress)
     m = metrics(pipe, samples, results)
     return {
         "engines": str(engines),
@@ -183,8 +198,8 @@ def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_l
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(
         prog="seer-eval",
-        description="Accuracy of the padded baseline, Seer and the oracle (window cut at the true length) on "
-        "held-out prompts of the fixture task, through an export of tiny-llada-v.",
+        description="Accuracy of the padded loop, LLaDA-V's early-stopping loop, Seer and the oracle (window cut at "
+        "the true length) on held-out prompts of the fixture task, through an export of tiny-llada-v.",
     )
     ap.add_argument("--engines", type=Path, required=True, help="export folder (seer-export --model tiny-llada-v)")
     ap.add_argument("--n", type=int, default=200, help="held-out prompts (default 200)")
@@ -199,8 +214,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--n must be >= 1, got {args.n}")
         if args.plot:  # before the work, not after it
             require_extra("seer-eval --plot", ("matplotlib",))
-        print(f"seer-eval: {args.n} prompts x {len(MODES)} modes ...", file=sys.stderr, flush=True)
-        report = evaluate(args.engines, args.n, args.seed, args.gen_length)
+        t0 = time.time()
+
+        def progress(text: str) -> None:
+            print(f"[{time.time() - t0:6.1f}s] seer-eval {text}", file=sys.stderr, flush=True)
+
+        progress(f"{args.n} prompts x {len(MODES)} modes ({', '.join(MODES)})")
+        report = evaluate(args.engines, args.n, args.seed, args.gen_length, progress=progress)
+        report["command"] = "seer-eval " + " ".join(sys.argv[1:] if argv is None else argv)
         print(table(report["modes"], args.n, report["gen_length"], report["detector"]))
         if args.json:
             write_json(args.json, report)

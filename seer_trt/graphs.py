@@ -1,4 +1,4 @@
-"""The exported graphs' contract: names, dtypes and axes of every input and output (DESIGN §5).
+"""The exported graphs' contract: names, dtypes and axes of every input and output (docs/DESIGN.md §5).
 
 In:  the model's dims (hidden size, vocab, layers, vision tile geometry) and the export precision.
 Out: one ``GraphSpec`` per graph; ``LengthBuckets`` (the length profiles engines are built for); the parity
@@ -99,7 +99,7 @@ class GraphSpec:
         )
 
 
-# The four inputs every transformer graph takes (DESIGN §5): one contract for padded, left-padded and packed.
+# The four inputs every transformer graph takes (docs/DESIGN.md §5): one contract for padded, left-padded and packed.
 WINDOW_INPUTS = (
     TensorSpec("prefix_embeds", FLOAT, ("batch", "prompt", "hidden")),  # prompt + spliced image features
     TensorSpec("gen_ids", "int64", ("batch", "answer")),  # answer window, masks included
@@ -183,7 +183,7 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
 
 @dataclasses.dataclass(frozen=True)
 class LengthBuckets:
-    """The lengths engines are built for (DESIGN §6): each profile covers one bucket, runtime rounds up."""
+    """The lengths engines are built for (docs/DESIGN.md §6): each profile covers one bucket, runtime rounds up."""
 
     batch: tuple[int, ...] = (1, 2, 4, 8, 16)  # rows per call
     prompt: tuple[int, ...] = (64, 128, 256, 512, 1024)  # prompt embeddings P, images included

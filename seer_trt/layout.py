@@ -1,4 +1,4 @@
-"""How rows of different prompt and answer lengths sit in one graph call (DESIGN §4 hybrid execution, §5).
+"""How rows of different prompt and answer lengths sit in one graph call (docs/DESIGN.md §4 hybrid execution, §5).
 
 In:  per row a prompt [P_i, D] and a kept answer window L_i; a target shape (static bucket, exact, or packed).
 Out: ``Layout``: the graph inputs that stay fixed during denoising (``prefix_embeds``, ``segment_ids``,

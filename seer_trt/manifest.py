@@ -1,4 +1,4 @@
-"""``manifest.json``: everything the runtime and the engine builder need to know about an export (DESIGN §5).
+"""``manifest.json``: everything the runtime and the engine builder need to know about an export (docs/DESIGN.md §5).
 
 In:  an export folder written by ``seer-export`` (graphs, ``tokenizer/``, ``manifest.json``).
 Out: ``Manifest``: model dims, vision preprocessing, special ids, tokenizer folder and system prompt, Seer

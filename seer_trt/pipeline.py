@@ -1,4 +1,4 @@
-"""``SeerPipeline``: requests in, answers out, through an export's graphs on one backend (DESIGN §2, §4).
+"""``SeerPipeline``: requests in, answers out, through an export's graphs on one backend (docs/DESIGN.md §2, §4).
 
 In:  an export folder (``seer-export``), then ``Request``s: prompt text, optional image, optional overrides.
 Out: one ``Result`` per request: text, answer ids, L*, steps, per-stage seconds (or the request's error).
@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,12 +30,12 @@ from seer_trt.backend import Backend, open_backend
 from seer_trt.boundary import detect
 from seer_trt.config import GenerationConfig, SeerConfig
 from seer_trt.denoise import Greedy, Sampled, denoise
-from seer_trt.dispatch import CostModel, DispatchPlan, plan_dispatch
+from seer_trt.dispatch import DEFAULT_POLICY, CostModel, DispatchPlan, plan_dispatch
 from seer_trt.embed import Image, ImageLimits, PromptEmbeds, PromptEncoder
 from seer_trt.errors import ConfigError, InputError, SeerError, describe
-from seer_trt.layout import left_pad, packed_layout, padded_layout, window_layout
+from seer_trt.layout import left_pad, packed_layout, padded_layout
 from seer_trt.manifest import Manifest
-from seer_trt.schedule import plan_schedule, select_rows
+from seer_trt.schedule import Schedule, plan_schedule, select_rows
 from seer_trt.step_zero import StepZeroOut, run_step_zero
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize")
@@ -72,6 +73,7 @@ class Request:
     temperature: float | None = None  # 0: greedy; > 0: Gumbel sampling from denoise_logits
     remasking: str | None = None  # "low_confidence" | "random"
     seer: bool = True  # False: the padded baseline, every step over all N positions
+    early_stop: bool = False  # LLaDA-V's stopping_criteria=['<|eot_id|>']: stop once the answer before it is done
     window: int | None = None  # cut the window to this many positions without step zero (the oracle: true length)
     seed: int = 0  # sampling noise of this request (temperature > 0 or random remasking)
     system: str | None = None  # system message instead of the export's ("" for none); text, like the prompt
@@ -95,8 +97,9 @@ class Request:
             raise InputError(f"temperature is {t!r}; expected a finite number >= 0 (0: greedy)")
         if self.remasking is not None and not isinstance(self.remasking, str):
             raise InputError(f"remasking is {self.remasking!r}; expected 'low_confidence' or 'random'")
-        if not isinstance(self.seer, bool | np.bool_):
-            raise InputError(f"seer is {self.seer!r}; expected true or false")
+        for name in ("seer", "early_stop"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise InputError(f"{name} is {getattr(self, name)!r}; expected true or false")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Request:
@@ -116,7 +119,7 @@ class Result:
     token_ids: tuple[int, ...]  # answer ids before the first <|eot_id|>
     window: tuple[int, ...]  # every kept position's id, <|eot_id|> and what follows included
     kept: int  # L*: answer positions denoised (N without Seer)
-    steps: int  # denoising steps used
+    steps: int  # denoising steps used (forward passes over this row's window)
     gen_length: int  # N
     seconds: dict[str, float]  # per stage (STAGES); batched stages count the whole batch's time
     error: str | None = None  # why this request failed; the fields above are empty then
@@ -142,7 +145,7 @@ class BatchOutput:
 class SeerPipeline:
     """The Seer pipeline over one export and one backend."""
 
-    def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = "hybrid",
+    def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = DEFAULT_POLICY,
                  tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None,
                  seer: SeerConfig | None = None) -> None:  # fmt: skip
         """
@@ -163,7 +166,8 @@ class SeerPipeline:
         self.policy = policy
         self.tau_pad = tau_pad
         self.short = short
-        self.cost: CostModel | None = None
+        self.cost: CostModel | None = None  # measured on the first batch of several rows that needs it
+        self._cost_lock = threading.Lock()
         # the shapes calls are padded to: the built profiles' buckets on TensorRT, the manifest's otherwise
         self.buckets = backend.buckets() or manifest.buckets
         plan_dispatch([], [], [], self.buckets, policy, tau_pad, short, CostModel(0, 0, 0))  # validates
@@ -268,23 +272,25 @@ class SeerPipeline:
                                            f"{describe(err)}); the others are unaffected")  # fmt: skip
                 continue
             mode = "window" if request.window is not None else "seer" if request.seer else "full"
-            ready.setdefault((gen, mode), []).append((i, prompt, time.perf_counter() - start))
+            ready.setdefault((gen, mode, request.early_stop), []).append((i, prompt, time.perf_counter() - start))
         plans = []
-        for (gen, mode), rows in ready.items():
+        for (gen, mode, early_stop), rows in ready.items():
             seeds = np.array([requests[i].seed for i, _, _ in rows], dtype=np.int64)
             windows = np.array([requests[i].window or gen.gen_length for i, _, _ in rows], dtype=np.int64)
-            out, plan = self._run(gen, mode, [p for _, p, _ in rows], seeds, windows, policy or self.policy)
+            out, plan = self._run(gen, mode, [p for _, p, _ in rows], seeds, windows, policy or self.policy,
+                                  early_stop)  # fmt: skip
             plans.append(plan)
             for (i, _, prep), result in zip(rows, out, strict=True):
                 results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds})
         return BatchOutput(tuple(results), tuple(plans))
 
     def _run(self, gen: GenerationConfig, mode: str, prompts: list[PromptEmbeds], seeds: np.ndarray,
-             windows: np.ndarray, policy: str) -> tuple[list[Result], DispatchPlan]:  # fmt: skip
+             windows: np.ndarray, policy: str, early_stop: bool = False) -> tuple[list[Result], DispatchPlan]:  # fmt: skip
         """Step zero, boundary, dispatch, denoising and detokenizing of rows sharing ``gen``.
 
         ``mode``: "seer" (step zero and the boundary rule), "full" (the padded baseline) or "window" (each row
-        cut to its ``windows`` entry, no step zero: the oracle when that is the true length).
+        cut to its ``windows`` entry, no step zero: the oracle when that is the true length). ``early_stop``:
+        every row stops once the answer before its first ``<|eot_id|>`` is complete.
         """
         special = self.manifest.special_tokens
         seer = self.seer
@@ -302,8 +308,10 @@ class SeerPipeline:
             clock["step_zero"], clock["boundary"] = t1 - t0, time.perf_counter() - t1
             if greedy and zero.x0 is not None:
                 step0 = (zero.x0, zero.confidence)
-        if policy == "cost_model" and self.cost is None:
-            self.calibrate_costs()
+        if policy == "cost_model" and self.cost is None and len(prompts) > 1:
+            with self._cost_lock:
+                if self.cost is None:
+                    self.calibrate_costs()
         t0 = time.perf_counter()
         schedule = plan_schedule(gen, kept)
         plan = plan_dispatch([len(e) for e in embeds], kept, schedule.steps, self.buckets, policy,
@@ -311,6 +319,7 @@ class SeerPipeline:
         clock["dispatch"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         tokens = np.full((len(prompts), n), special.mask_id, dtype=np.int64)
+        used = np.zeros(len(prompts), dtype=np.int64)  # steps each row took part in
         for group in plan.groups:
             rows = np.array(group.rows)
             members = [embeds[r] for r in rows]
@@ -320,15 +329,17 @@ class SeerPipeline:
             clock["packing"] += time.perf_counter() - t1
             decoder = Greedy() if greedy else Sampled(gen.temperature, gen.remasking, seeds[rows])
             group_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
-            out = denoise(self.backend, layout, select_rows(schedule, rows), decoder, special.mask_id, group_step0)
-            tokens[rows, : out.shape[1]] = out
+            out = denoise(self.backend, layout, select_rows(schedule, rows), decoder, special.mask_id, group_step0,
+                          special.eot_id if early_stop else None)  # fmt: skip
+            tokens[rows, : out.tokens.shape[1]] = out.tokens
+            used[rows] = out.steps
         clock["denoise"] = time.perf_counter() - t0 - clock["packing"]
         t0 = time.perf_counter()
         answers = [answer_ids(row[:k], special.eot_id) for row, k in zip(tokens, kept, strict=True)]
         texts = [self.encoder.tokenizer.decode(a, skip_special_tokens=True) for a in answers]
         clock["detokenize"] = time.perf_counter() - t0
         results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock))
-                   for text, a, row, k, s in zip(texts, answers, tokens, kept, schedule.steps, strict=True)]  # fmt: skip
+                   for text, a, row, k, s in zip(texts, answers, tokens, kept, used, strict=True)]  # fmt: skip
         return results, plan
 
     def _step_zero(self, embeds: list[np.ndarray], n: int) -> StepZeroOut:
@@ -341,29 +352,43 @@ class SeerPipeline:
         join = lambda xs: None if xs[0] is None else np.concatenate(xs)  # noqa: E731
         return StepZeroOut(*(join([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(StepZeroOut)))
 
-    def calibrate_costs(self, prompt: int = 32, lengths: Sequence[int] = (16, 64, 256), batches: Sequence[int] = (1, 4),
-                        repeats: int = 3) -> CostModel:  # fmt: skip
-        """Time the denoising graph at a few shapes, fit ``CostModel`` and use it for the ``cost_model`` policy."""
+    # (rows, prompt, answer) of the timed calls: single rows from short to long prompts, small and full batches of
+    # short rows, and one long sequence like a packed group, so the fit sees launch, per-slot and attention costs.
+    CALIBRATION_SHAPES = ((1, 16, 4), (1, 32, 16), (1, 128, 32), (1, 384, 64), (1, 640, 128), (4, 32, 8),
+                          (4, 128, 32), (8, 32, 8), (16, 32, 16), (16, 64, 32))  # fmt: skip
+
+    def calibrate_costs(self, shapes: Sequence[tuple[int, int, int]] = CALIBRATION_SHAPES,
+                        repeats: int = 5) -> CostModel:  # fmt: skip
+        """Time one denoising step (the loop's host work and the graph call) at ``shapes``, fit ``CostModel``
+        and use it for the ``cost_model`` policy. About two seconds on a 2-core CPU with the fixture.
+
+        Args:
+            shapes: (rows, prompt length, answer length) of the timed calls.
+            repeats: timed steps per shape after one warm-up; the fastest is the shape's time (other load on the
+                machine only ever adds time, so the minimum is the least disturbed estimate).
+        """
         dim = self.manifest.model.hidden_size
         mask = self.manifest.special_tokens.mask_id
-        shapes, seconds = [], []
-        for b in batches:
-            for g in lengths:
-                valid = np.ones((b, prompt), dtype=bool)
-                seg, pos = window_layout(valid, np.full(b, g), g)
-                feeds = {
-                    "prefix_embeds": np.zeros((b, prompt, dim), dtype=self.manifest.precision),
-                    "gen_ids": np.full((b, g), mask, dtype=np.int64),
-                    "segment_ids": seg,
-                    "position_ids": pos,
-                }
-                self.backend.run("denoise", feeds)  # warm-up: binding and first-run allocation
+        limits = self.backend.max_shape("denoise") or {}
+        fitting = []  # each shape within the buckets and the backend's largest shape (engine profiles)
+        for b, p, g in shapes:
+            b, p, g = min(b, self.buckets.batch[-1]), min(p, self.buckets.prompt[-1]), min(g, self.buckets.answer[-1])
+            p = max(1, min(p, limits.get("prompt", p), limits.get("seq", p + g) - g))
+            fitting.append((b, p, g))
+        sizes, seconds = [], []
+        for b, p, g in dict.fromkeys(fitting):
+            prompts = [np.zeros((p, dim), dtype=self.manifest.precision)] * b
+            kept = np.full(b, g, dtype=np.int64)
+            layout = padded_layout(prompts, kept, p, g)
+            one_step = Schedule(kept, np.ones(b, np.int64), np.zeros((b, 1), np.int64), np.full((b, 1), g))
+            times = []
+            for _ in range(repeats + 1):  # the first binds buffers and warms the session
                 start = time.perf_counter()
-                for _ in range(repeats):
-                    self.backend.run("denoise", feeds)
-                shapes.append((b, prompt + g))
-                seconds.append((time.perf_counter() - start) / repeats)
-        self.cost = CostModel.fit(shapes, seconds)
+                denoise(self.backend, layout, one_step, Greedy(), mask)
+                times.append(time.perf_counter() - start)
+            sizes.append((b, p + g))
+            seconds.append(min(times[1:]))
+        self.cost = CostModel.fit(sizes, seconds)
         return self.cost
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Block layout and step budget of the denoising loop, before and after Seer truncation (DESIGN §3, §4).
+"""Block layout and step budget of the denoising loop, before and after Seer truncation (docs/DESIGN.md §3, §4).
 
 In:  generation settings (gen_length N, steps, block_length) and the kept window L* per row.
 Out: a ``Schedule``: how many tokens each row commits at each step and which positions are eligible.

@@ -1,4 +1,4 @@
-"""The fixture's synthetic image + text task (DESIGN §9): prompts, images and true answers from a seed.
+"""The fixture's synthetic image + text task (docs/DESIGN.md §9): prompts, images and true answers from a seed.
 
 In:  a seed and a sample count.
 Out: ``Sample``s: a question (with ``<image>`` where the picture goes), an optional image [H, W, 3] uint8, and

@@ -1,4 +1,4 @@
-"""TensorRT backend: the export's graphs as TensorRT plans built by ``seer-build`` (DESIGN §2, §6, §11).
+"""TensorRT backend: the export's graphs as TensorRT plans built by ``seer-build`` (docs/DESIGN.md §2, §6, §11).
 
 In:  an export folder whose manifest records a build (``Manifest.builds``: TensorRT version, GPU, one plan per
      graph with its optimization profiles); per call a graph name and a feed dict of numpy arrays.

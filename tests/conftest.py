@@ -1,5 +1,9 @@
-"""Shared pytest setup: torch on one thread (the CPU machines are small and often busy), and the one export of the
-bundled fixture that the export, runtime and CLI tests share."""
+"""Shared pytest setup: torch on one thread (the CPU machines are small and often busy), the one export of the
+bundled fixture that the export, runtime and CLI tests share, and the Triton server files the serving test needs
+(installed on first use, so the README's test command passes on a fresh machine).
+
+Tests write only into pytest's temporary folders (and the Triton install into its cache folder), never into the
+working tree."""
 
 from __future__ import annotations
 
@@ -38,3 +42,12 @@ def fixture_export(tmp_path_factory) -> tuple[Path, object, str]:
         rc = main(["--out", str(out), "--samples", "8", "--save-goldens", "--sampling"])
     assert rc == 0, stderr.getvalue()
     return out, Manifest.read(out), stdout.getvalue()
+
+
+@pytest.fixture(scope="session")
+def triton_install():
+    """The tritonserver files (nvidia-pytriton's binary and a numpy<2 venv for the Python backend), installed into
+    ``$SEER_TRITON_HOME`` or ``~/.cache/seer-trt/triton`` on first use (a download of about 60 MB), reused after."""
+    from seer_trt.triton.local import setup
+
+    return setup()

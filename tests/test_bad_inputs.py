@@ -204,6 +204,7 @@ def test_image_requests_fail_alone_in_one_batch(pipe, tmp_path):
         (dict(prompt="count", window=True), "window is True"),
         (dict(prompt="count", seed=-1), "seed is -1"),
         (dict(prompt="count", seer="no"), "seer is 'no'"),
+        (dict(prompt="count", early_stop=1), "early_stop is 1; expected true or false"),
         (dict(prompt="count", remasking=3), "remasking is 3"),
         (dict(prompt="count", image=3.5), "image is a float"),
     ],

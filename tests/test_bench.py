@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from seer_export.bench import Settings, bench, headline, tables
+from seer_export.bench import Settings, bench, headline, plot, ratio, tables
 from seer_trt.dispatch import POLICIES
 from seer_trt.evaluate import main as eval_main
 from seer_trt.pipeline import Request, SeerPipeline
@@ -24,7 +24,8 @@ def test_seer_eval_json_plot_and_consistency(fixture_export, tmp_path):
     assert rc == 0, err.getvalue()
     report = json.loads((tmp_path / "e.json").read_text())
     modes = report["modes"]
-    assert set(modes) == {"baseline", "seer", "oracle"} and report["gen_length"] == 32
+    assert set(modes) == {"padded", "early_stop", "seer", "oracle"} and report["gen_length"] == 32
+    assert report["command"].startswith("seer-eval --engines ")
     for row in modes.values():
         assert 0.0 <= row["exact_match"] <= 1.0
         tasks = row["exact_by_task"]
@@ -34,10 +35,13 @@ def test_seer_eval_json_plot_and_consistency(fixture_export, tmp_path):
     assert sum(seer["kept_minus_true"].values()) == 8
     premature = sum(c for d, c in seer["kept_minus_true"].items() if int(d) < 0) / 8
     assert seer["premature_cut_rate"] == pytest.approx(premature)
-    assert modes["baseline"]["mean_kept"] == 32 and modes["baseline"]["match_baseline"] == 1.0
+    assert modes["padded"]["mean_kept"] == 32 and modes["padded"]["match_padded"] == 1.0
     assert modes["oracle"]["mean_kept"] < 32  # the oracle cut every window at the true length
+    assert modes["early_stop"]["mean_kept"] == 32 and modes["early_stop"]["mean_steps"] < modes["padded"]["mean_steps"]
     assert (tmp_path / "e.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| seer |" in out.getvalue() and "exact answers per task" in out.getvalue()
+    lines = [line for line in err.getvalue().splitlines() if "seer-eval" in line]
+    assert len(lines) == 1 + 4 and "early_stop: 8/8 prompts" in err.getvalue()  # a progress line per mode and chunk
 
 
 def test_seer_eval_refuses_a_bad_engines_folder(tmp_path):
@@ -48,28 +52,52 @@ def test_seer_eval_refuses_a_bad_engines_folder(tmp_path):
     assert len(errors) == 1 and "not an export folder" in errors[0]
 
 
-def test_seer_bench_report_structure(fixture_export):
-    settings = Settings(lengths=(16, 32), single_prompts=1, batch=8, batch_gen_length=32, repeats=1,
-                        step_lengths=(16,), step_repeats=2)  # fmt: skip
+def test_seer_bench_report_structure(fixture_export, tmp_path):
+    settings = Settings(lengths=(16, 32), single_prompts=1, single_rounds=2, batch=8, batch_gen_length=32,
+                        long_batch=4, long_prompt=(60, 90), batch_rounds=2, step_lengths=(16,), step_rounds=2,
+                        step_calls=2)  # fmt: skip
     seen = []
-    report = bench(fixture_export[0], None, settings, progress=seen.append)
-    assert seen and set(report["single"]) == {"16", "32"}
+    report = bench(fixture_export[0], None, settings, progress=seen.append, command="seer-bench --test")
+    assert seen and set(report["single"]) == {"16", "32"} and report["command"] == "seer-bench --test"
     for row in report["single"].values():
-        assert row["baseline"]["speedup"] == pytest.approx(1.0)
-        assert row["oracle"]["mean_steps"] <= row["baseline"]["mean_steps"]
-    pol = report["batched"]["policies"]
-    assert set(pol) == set(POLICIES)
-    assert all(r["same_tokens_as_hybrid"] for r in pol.values())  # dispatch never changes an answer
-    assert pol["per_request"]["padding_waste"] == 0.0 and pol["naive_pad"]["padding_waste"] > 0.0
-    assert sorted(report["batched"]["true_lengths"])[-1] >= 25  # the long tail is there
+        assert set(row) == {"padded", "early_stop", "seer", "oracle"}
+        assert row["padded"]["speedup_vs_padded"] == {"value": 1.0, "min": 1.0, "max": 1.0, "rounds": 2}
+        assert row["early_stop"]["speedup_vs_early_stop"]["value"] == 1.0
+        for r in row.values():
+            s = r["speedup_vs_padded"]
+            assert s["min"] <= s["max"] and s["rounds"] == 2
+        assert row["oracle"]["mean_steps"] <= row["padded"]["mean_steps"]
+        assert row["early_stop"]["mean_steps"] <= row["padded"]["mean_steps"]
+    for name in ("long_tail", "long_prompt"):
+        b = report[name]
+        pol = b["policies"]
+        assert set(pol) == set(POLICIES)
+        assert all(r["same_tokens"] for r in pol.values())  # dispatch never changes an answer
+        assert pol["per_request"]["padding_waste"] == 0.0 and pol["naive_pad"]["padding_waste"] > 0.0
+        assert all(r["predicted_s"] > 0 for r in pol.values())  # the cost model prices every plan
+        assert pol["cost_model"]["predicted_s"] <= min(r["predicted_s"] for r in pol.values()) * (1 + 1e-9)
+        assert pol["cost_model"]["rounds"] == 2 and b["best_fixed"] in POLICIES and b["best_fixed"] != "cost_model"
+    assert sorted(report["long_tail"]["true_lengths"])[-1] >= 25  # the long tail is there
+    assert min(report["long_prompt"]["prompt_lengths"]) >= 60 and report["long_prompt"]["windows"].startswith("oracle")
     o = report["overhead"]
     assert sum(o.values()) == pytest.approx(1.0)
     h = report["headline"]
-    assert h == headline(report) and set(h) >= {"seer_over_oracle_speedup", "best_router_over_naive_pad",
-                                                 "best_router_over_per_request", "overhead_fraction",
-                                                 "ort_over_torch_per_step"}  # fmt: skip
+    assert h == headline(report) and set(h) >= {"seer_over_padded", "seer_over_early_stop", "seer_over_oracle",
+                                                 "long_tail_default_over_best_fixed",
+                                                 "long_prompt_default_over_best_fixed", "ort_over_torch_per_step"}  # fmt: skip
+    assert 0 <= o["detection"] + o["routing"] < 0.5
+    assert all(set(v) == {"value", "min", "max", "rounds"} for v in h.values() if isinstance(v, dict))
+    m = report["machine"]
+    assert m["threads"] == m["ort_intra_op_threads"] == m["torch_threads"] == 1  # both backends, same threads
     assert report["git"] is None or len(report["git"]) >= 7
-    assert "## Headline" in tables(report) and report["machine"]["cpus"] >= 1
+    assert "## Headline" in tables(report) and m["cpus"] >= 1
+    plot(report, tmp_path / "b.png")
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ratio_is_a_ratio_of_medians_with_the_per_round_spread():
+    r = ratio([10.0, 12.0, 30.0], [5.0, 4.0, 6.0])
+    assert r == {"value": 12.0 / 5.0, "min": 2.0, "max": 5.0, "rounds": 3}
 
 
 def test_oracle_window_is_validated(fixture_export):

@@ -1,4 +1,4 @@
-"""Boundary rules of DESIGN §4: the SNR criterion on a sparsity profile and the end-token probability rule.
+"""Boundary rules of docs/DESIGN.md §4: the SNR criterion on a sparsity profile and the end-token probability rule.
 
 Expected kept lengths are worked out by hand from the rule's text, never copied from the implementation.
 """
@@ -187,7 +187,7 @@ def test_bad_parameters_raise():
 
 
 def reference_snr(row, tau_jump=0.03, gamma=0.6, window=3, direction="up", margin=1) -> int:
-    """DESIGN §4 read literally, one row, plain Python floats."""
+    """docs/DESIGN.md §4 read literally, one row, plain Python floats."""
     s = [float(v) for v in row]
     if direction == "down":
         s = [-v for v in s]

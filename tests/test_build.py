@@ -1,4 +1,4 @@
-"""seer-build on CPU (DESIGN §6, §11): TensorRT-RTX parses the fixture graphs, adds profiles and builds plans
+"""seer-build on CPU (docs/DESIGN.md §6, §11): TensorRT-RTX parses the fixture graphs, adds profiles and builds plans
 without a GPU; the manifest records the build; a failed build changes nothing; the TensorRT backend refuses
 plans of another TensorRT version or GPU with the rebuild command. No test here needs a GPU.
 """

@@ -1,4 +1,4 @@
-"""seer-calibrate's choice (DESIGN §4, "Step-zero probes"): probes fitted per layer, the shallowest layer that meets
+"""seer-calibrate's choice (docs/DESIGN.md §4, "Step-zero probes"): probes fitted per layer, the shallowest layer that meets
 the bar, and an honest fallback when none does. Synthetic step-zero profiles with a known answer end, no model."""
 
 from __future__ import annotations

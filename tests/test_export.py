@@ -1,4 +1,4 @@
-"""seer-export (DESIGN §4-5): the ONNX graphs against the PyTorch reference, the manifest they come with, the CLI.
+"""seer-export (docs/DESIGN.md §4-5): the ONNX graphs against the PyTorch reference, the manifest they come with, the CLI.
 
 Exports per module run, each graph once: the bundled fixture in fp32 through the CLI (the command a user runs,
 calibrated to a probe), the fixture in fp16, and a tiny random LLaDA-V calibrated to the MLP rule at layer 1 (the

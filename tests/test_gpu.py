@@ -1,4 +1,4 @@
-"""GPU tier (DESIGN §6, §8, §11): TensorRT plans of the fixture against the export's goldens and ONNX Runtime, CUDA
+"""GPU tier (docs/DESIGN.md §6, §8, §11): TensorRT plans of the fixture against the export's goldens and ONNX Runtime, CUDA
 graph replay, and the per-step time table TensorRT vs ONNX Runtime vs PyTorch eager.
 
 Every test is marked ``gpu`` and skips, with its reason, on a machine without a CUDA device, and the TensorRT tests

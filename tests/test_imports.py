@@ -1,4 +1,4 @@
-"""The runtime never imports torch, transformers or seer_export (DESIGN §2)."""
+"""The runtime never imports torch, transformers or seer_export (docs/DESIGN.md §2)."""
 
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""The graph contract and ``manifest.json`` (DESIGN §5): specs, JSON round trip, version policy, error messages.
+"""The graph contract and ``manifest.json`` (docs/DESIGN.md §5): specs, JSON round trip, version policy, error messages.
 
 Runtime tier: nothing here imports torch; the manifest is built by hand from ``seer_trt`` types.
 """

@@ -1,4 +1,4 @@
-"""Profile planning and selection (DESIGN §6): pure arithmetic on the graph specs, no TensorRT, no GPU."""
+"""Profile planning and selection (docs/DESIGN.md §6): pure arithmetic on the graph specs, no TensorRT, no GPU."""
 
 from __future__ import annotations
 

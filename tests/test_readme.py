@@ -1,32 +1,116 @@
-"""The README's two set-up commands stay true: CI runs the second, this test runs the first."""
+"""The README stays true: its two set-up commands are what CI runs, its main job and its Python snippet run as
+written (in a temporary folder, never in the working tree), and its command table names every flag of every
+command and no flag that does not exist."""
 
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def setup_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"## Set-up.*?```bash\n(.*?)```", text, re.S)
+    block = re.search(r"## Set-up.*?```bash\n(.*?)```", README, re.S)
     assert block, "README.md has no '## Set-up' section with a bash block"
     return [line for line in block.group(1).splitlines() if line.strip()]
 
 
-def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
+def section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.S | re.M)
+    assert match, f"README.md has no '## {title}' section"
+    return match.group(1)
+
+
+def test_readme_has_two_setup_commands_and_ci_runs_exactly_them():
     commands = setup_commands()
     assert len(commands) == 2, commands
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert commands[1] in ci, f"CI must run the README's test command {commands[1]!r}"
+    assert commands[0].startswith("python3 -m pip install") and "seer-export" in commands[0]
+    assert commands[1] == "python3 -m pytest -q"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    steps = [line for line in ci if line.strip() and not line.startswith("#")]
+    # CI is the README: the shell preamble, then the two commands verbatim, nothing a user would not run
+    assert steps == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', *commands], steps
 
 
-def test_readme_main_job_runs():
-    """Runs the README's first command verbatim: install, export the bundled fixture, answer one prompt."""
-    command = setup_commands()[0]
-    assert "pip install" in command and "seer-export" in command and "seer-run" in command
-    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=900, cwd=ROOT)
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The README's first command after its install step (this environment is that install), verbatim, in a
+    temporary folder: the export lands there, not in the working tree."""
+    install, *rest = setup_commands()[0].split(" && ")
+    assert install.startswith("python3 -m pip install") and rest, setup_commands()[0]
+    folder = tmp_path_factory.mktemp("readme")
+    out = subprocess.run(["bash", "-c", " && ".join(rest)], capture_output=True, text=True, timeout=1200, cwd=folder)
+    return folder, out
+
+
+def test_readme_main_job_runs(main_job):
+    folder, out = main_job
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "| graph | output | dtype |" in out.stdout and "end-to-end Seer" in out.stdout  # the parity report
-    assert (ROOT / "engines" / "tiny-llada-v" / "manifest.json").is_file()
+    engines = re.search(r"seer-run --engines (\S+)", setup_commands()[0]).group(1)
+    assert (folder / engines / "manifest.json").is_file()
     assert out.stdout.strip().splitlines()[-1] == "1 2 3 4 5 6 7"  # seer-run's answer to "count to 7 ."
+
+
+def test_readme_python_snippet_runs(main_job):
+    """The snippet under '## Python', verbatim, where the main job left its export: it draws its own image."""
+    folder, job = main_job
+    assert job.returncode == 0
+    code = re.search(r"```python\n(.*?)```", section("Python"), re.S).group(1)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=folder)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("1 2 3 "), lines  # the picture's three shapes, counted; then L*, steps, seconds
+    assert lines[1:] == ["True 1 2 3", "True cat cat", "False the prompt is empty; send the question as text"], lines
+
+
+def scripts() -> dict[str, str]:
+    """pyproject's [project.scripts] (a regex, not tomllib: the project supports Python 3.10)."""
+    table = re.search(r"^\[project\.scripts\]\n(.*?)(?=^\[|\Z)", (ROOT / "pyproject.toml").read_text(), re.S | re.M)
+    return dict(re.findall(r'^([\w-]+) = "([\w.:]+)"', table.group(1), re.M))
+
+
+def flags_of(entry: str) -> set[str]:
+    """Every --flag of a console script, from its own --help."""
+    module, func = entry.split(":")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        getattr(importlib.import_module(module), func)(["--help"])
+    options = re.findall(r"^  (?:-\w+(?: \S+)?, )?(--[a-z][a-z0-9-]*)", out.getvalue(), re.M)  # option lines only
+    return set(options) - {"--help"}
+
+
+@pytest.mark.parametrize("command", sorted(scripts()))
+def test_command_table_lists_every_flag(command):
+    rows = [line for line in section("Commands").splitlines() if line.startswith(f"| `{command} ")]
+    assert len(rows) == 1, f"the README's command table needs one row for {command}"
+    documented = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rows[0]))
+    actual = flags_of(scripts()[command])
+    assert documented == actual, (
+        f"{command}: missing {sorted(actual - documented)}, unknown {sorted(documented - actual)}"
+    )
+
+
+def test_readme_names_no_folder_outside_the_repository():
+    for target in re.findall(r"\]\(([^)#]+)\)", README):
+        if not target.startswith(("http://", "https://")):
+            assert (ROOT / target).resolve().is_relative_to(ROOT) and (ROOT / target).exists(), target
+    assert "../" not in README and "shared/" not in README
+
+
+def test_default_export_folder_is_the_readmes():
+    from seer_export.onnx_export import ExportOptions
+
+    engines = re.search(r"seer-run --engines (\S+)", setup_commands()[0]).group(1)
+    assert "--out" not in setup_commands()[0]  # the README uses the default folder, and names it
+    assert shlex.split(engines)[0] == str(ExportOptions().out)

@@ -1,4 +1,4 @@
-"""The runtime pipeline on the fixture export (DESIGN §2, §4): tokens equal to the PyTorch reference, with and
+"""The runtime pipeline on the fixture export (docs/DESIGN.md §2, §4): tokens equal to the PyTorch reference, with and
 without Seer, in batches of one and mixed batches, under every dispatch policy and from several threads; bad
 input failing alone; the export folder checked; seer-run."""
 
@@ -42,42 +42,55 @@ def pipe(fixture_export) -> SeerPipeline:
 
 
 @pytest.fixture(scope="module")
-def reference(fixture_export) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """PyTorch reference windows of SAMPLES: {"seer": (tokens [B, N], kept [B]), "baseline": ...}."""
+def reference(fixture_export) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """PyTorch reference of SAMPLES: {"seer": (tokens [B, N], kept [B], steps [B]), "baseline": ...,
+    "early_stop": ..., "seer_early_stop": ...}."""
     _, manifest, _ = fixture_export
     model = load_model(FIXTURE_DIR)
     enc = TaskEncoder(FIXTURE_DIR, model.config)
     with torch.no_grad():
         prefix, valid = enc.prefix(model, SAMPLES)
-        seer, _ = seer_generate(model, prefix, valid, manifest.generation, enc.special, manifest.seer)
-        base = generate(model, prefix, valid, manifest.generation, enc.special)
-    return {"seer": (seer.tokens, seer.kept), "baseline": (base.tokens, base.kept)}
+        gen, special = manifest.generation, enc.special
+        out = {
+            "seer": seer_generate(model, prefix, valid, gen, special, manifest.seer)[0],
+            "baseline": generate(model, prefix, valid, gen, special),
+            "early_stop": generate(model, prefix, valid, gen, special, early_stop=True),
+            "seer_early_stop": seer_generate(model, prefix, valid, gen, special, manifest.seer, early_stop=True)[0],
+        }
+    return {k: (g.tokens, g.kept, g.steps) for k, g in out.items()}
 
 
 def requests(seer: bool = True, **overrides) -> list[Request]:
     return [Request(s.question, s.image, seer=seer, **overrides) for s in SAMPLES]
 
 
+def request_mode(mode: str) -> list[Request]:
+    return requests(seer=mode.startswith("seer"), early_stop=mode.endswith("early_stop"))
+
+
 def windows(results) -> list[list[int]]:
     return [list(r.window) for r in results]
 
 
-@pytest.mark.parametrize("mode", ["seer", "baseline"])
+@pytest.mark.parametrize("mode", ["seer", "baseline", "early_stop", "seer_early_stop"])
 def test_pipeline_tokens_equal_the_pytorch_reference(pipe, reference, mode):
-    tokens, kept = reference[mode]
-    results = pipe.generate(requests(seer=mode == "seer"))
+    tokens, kept, steps = reference[mode]
+    results = pipe.generate(request_mode(mode))
     assert all(r.ok for r in results), [r.error for r in results]
     assert [r.kept for r in results] == kept.tolist()
+    assert [r.steps for r in results] == steps.tolist()
     assert windows(results) == [row[:k].tolist() for row, k in zip(tokens, kept, strict=True)]
     eot = pipe.manifest.special_tokens.eot_id
     for r in results:  # the answer is the window up to <|eot_id|>, and the text is its decoding
         assert list(r.token_ids) == (list(r.window)[: list(r.window).index(eot)] if eot in r.window else list(r.window))
         assert r.text == pipe.encoder.tokenizer.decode(list(r.token_ids), skip_special_tokens=True)
         assert set(r.seconds) >= {"preprocess", "step_zero", "boundary", "dispatch", "denoise", "detokenize"}
-    if mode == "seer":
-        assert min(r.steps for r in results) < pipe.manifest.generation.steps  # truncation saved steps
-    alone = [pipe.generate(r)[0] for r in requests(seer=mode == "seer")[:3]]  # batch of one
-    assert windows(alone) == windows(results[:3])
+    if mode != "baseline":
+        assert max(r.steps for r in results) < pipe.manifest.generation.steps  # truncation / stopping saved steps
+    if mode.endswith("early_stop"):
+        assert all(r.window[len(r.token_ids)] == eot for r in results)  # every answer ended at its <|eot_id|>
+    alone = [pipe.generate(r)[0] for r in request_mode(mode)[:3]]  # batch of one
+    assert windows(alone) == windows(results[:3]) and [r.steps for r in alone] == [r.steps for r in results[:3]]
 
 
 def test_every_policy_gives_the_same_tokens(pipe):

@@ -1,6 +1,6 @@
 """The PyTorch reference sampler (LLaDA-V ``generate_with_embeds`` semantics, batched) and Seer's step zero.
 
-A tiny random LLaDA-V is built in the test; what is checked follows DESIGN §3-4, not the code's own output:
+A tiny random LLaDA-V is built in the test; what is checked follows docs/DESIGN.md §3-4, not the code's own output:
 commit counts per step, block order, suppression, batch == batch 1 under left padding, seeding, reuse of
 step 0's logits, and the MLP statistics recomputed by hand.
 """
@@ -107,7 +107,7 @@ def test_left_pad_prompts():
 def test_window_layout_left_padding_and_kept():
     valid = torch.tensor([[False, False, True, True], [True, True, True, True], [False, False, False, True]])
     segment_ids, position_ids = window_layout(valid, torch.tensor([2, 3, 1]), 3)
-    assert segment_ids.dtype == torch.int32  # graph contract (DESIGN §5)
+    assert segment_ids.dtype == torch.int32  # graph contract (docs/DESIGN.md §5)
     assert segment_ids.tolist() == [
         [0, 0, 1, 1, 1, 1, 0],  # padding, prompt, kept answer positions, dropped answer position
         [1, 1, 1, 1, 1, 1, 1],
@@ -450,3 +450,68 @@ def test_seer_generate_probe_signal_exits_early_on_the_residual_stream(model, pr
     np.testing.assert_array_equal(zero.profile(seer), profile)
     with pytest.raises(ConfigError, match="residual"):
         step_zero(model, embeds, valid, N, SPECIAL, layers=(1,), full_depth=False).profile(seer)
+
+
+# --- early stopping (LLaDA-V's stopping_criteria=['<|eot_id|>']) -------------------------------------------------
+
+
+class EotAt(Recorder):
+    """Predicts ``<|eot_id|>`` nowhere, except with near-certainty at ``plan[call][row]``: a position, None, or a
+    negative -p for the first still-masked position at or after p."""
+
+    def __init__(self, model: nn.Module, plan: dict[int, list[int | None]]) -> None:
+        super().__init__(model)
+        self.plan = plan
+
+    def forward(self, prefix_embeds, gen_ids, segment_ids, position_ids):
+        logits = super().forward(prefix_embeds, gen_ids, segment_ids, position_ids)
+        logits[..., SPECIAL.eot_id] = float("-inf")
+        for row, pos in enumerate(self.plan.get(len(self.calls) - 1, [])):
+            if pos is not None and pos < 0:
+                pos = int(next(j for j in range(-pos, N) if gen_ids[row, j] == SPECIAL.mask_id))
+                self.chosen = pos
+            if pos is not None:
+                logits[row, pos, SPECIAL.eot_id] = 1e4
+        return logits
+
+
+def test_early_stop_commits_only_before_the_first_eot_and_stops(model, prompts):
+    embeds, valid = prompts
+    # step 0: row 0 commits <|eot_id|> at 5, row 1 at 2; row 2 never predicts it
+    rec = EotAt(model, {0: [5, 2, None]})
+    out = generate(rec, embeds, valid, gen_config(), SPECIAL, early_stop=True)
+    assert out.steps.tolist() == [1 + 5, 1 + 2, N]  # the eot's step, then one commit per step before it
+    assert len(rec.calls) == N  # the batch runs while any row is live
+    tokens = out.tokens
+    assert tokens[0, 5] == SPECIAL.eot_id and (tokens[0, :5] != SPECIAL.mask_id).all()
+    assert (tokens[0, 6:] == SPECIAL.mask_id).all()  # nothing after the stop commits
+    assert tokens[1, 2] == SPECIAL.eot_id and (tokens[1, 3:] == SPECIAL.mask_id).all()
+    assert (tokens[2] != SPECIAL.mask_id).all() and SPECIAL.eot_id not in tokens[2]
+    for b in range(3):  # each row as if alone (upstream is batch 1)
+        plan = {0: [[5, 2, None][b]]}
+        alone = generate(EotAt(model, plan), *single(prompts, b), gen_config(), SPECIAL, early_stop=True)
+        np.testing.assert_array_equal(alone.tokens[0], tokens[b])
+        assert alone.steps[0] == out.steps[b]
+    padded = generate(EotAt(model, {0: [5, 2, None]}), embeds, valid, gen_config(), SPECIAL)
+    assert padded.steps.tolist() == [N] * 3 and (padded.tokens != SPECIAL.mask_id).all()
+
+
+def test_early_stop_moves_to_an_earlier_eot_and_commits_fewer_than_k(model, prompts):
+    embeds, valid = prompts
+    e, v = single(prompts, 0)
+    # two tokens per step; step 0 commits <|eot_id|> at 6 (and one more), step 1 one at a masked p in [2, 6)
+    rec = EotAt(model, {0: [6], 1: [-2]})
+    out = generate(rec, e, v, gen_config(steps=N // 2), SPECIAL, early_stop=True)
+    row, p = out.tokens[0], rec.chosen
+    assert 2 <= p < 6 and row[6] == SPECIAL.eot_id and row[p] == SPECIAL.eot_id
+    assert (row[:p] != SPECIAL.mask_id).all()  # the answer before the first eot is complete
+    assert row[7] == SPECIAL.mask_id  # past the first stop: never eligible
+    after_step_1 = rec.calls[2]["gen_ids"][0].numpy()
+    assert (row[p + 1 :] == after_step_1[p + 1 :]).all()  # past the moved stop: nothing more commits
+    committed = [int((c["gen_ids"] != SPECIAL.mask_id).sum()) for c in rec.calls] + [
+        int((row != SPECIAL.mask_id).sum())
+    ]
+    assert committed[:3] == [0, 2, 4]  # two per step while enough positions are eligible
+    left = p - int((rec.calls[2]["gen_ids"][0, :p] != SPECIAL.mask_id).sum())  # masked before p after step 1
+    assert out.steps.tolist() == [2 + -(-left // 2)] and len(rec.calls) == out.steps[0]
+    assert committed[-1] == 4 + left  # the last step commits fewer than 2 when one position is left

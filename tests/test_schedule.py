@@ -1,7 +1,7 @@
-"""Step budget and block layout (DESIGN §3-4) and the configuration dataclasses they read.
+"""Step budget and block layout (docs/DESIGN.md §3-4) and the configuration dataclasses they read.
 
 Expected plans are worked out by hand from LLaDA-V's ``generate_with_embeds`` (``steps // num_blocks`` steps
-per block, a block's masks spread evenly with the remainder on the earliest steps) and DESIGN §4 truncation.
+per block, a block's masks spread evenly with the remainder on the earliest steps) and docs/DESIGN.md §4 truncation.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""seer-triton (DESIGN §7): repositories generated strictly and checked against the manifest, and the CPU flavour
+"""seer-triton (docs/DESIGN.md §7): repositories generated strictly and checked against the manifest, and the CPU flavour
 served by a real ``tritonserver`` (the binary bundled in nvidia-pytriton) on 127.0.0.1, answering over HTTP and
 gRPC exactly as ``seer-run`` does, under concurrent load and after malformed requests."""
 
@@ -294,11 +294,8 @@ def expected(fixture_export, tmp_path_factory) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def server(cpu_repo):
-    try:
-        install = ServerInstall.find()
-    except ConfigError as err:  # not a skip: serving is part of the product; CI installs it (.ci/run)
-        pytest.fail(f"the Triton server test needs the bundled tritonserver: {err}")
+def server(cpu_repo, triton_install):
+    install = ServerInstall.find(triton_install.home)  # complete, or the install was not
     with LocalServer(cpu_repo, install, start_timeout=600) as running:
         print(f"tritonserver ready in {running.started_in:.1f} s (HTTP {running.http_url}, gRPC {running.grpc_url})")
         yield running
@@ -424,3 +421,18 @@ def test_malformed_request_gets_an_error_and_the_server_keeps_serving(clients, e
     assert words in str(err.value), str(err.value)
     assert client.is_server_live() and client.is_model_ready("seer")
     assert answer(client.infer("seer", inputs(module, CASES[0]))) == wanted(expected[0])
+
+
+def test_readme_client_snippet_runs_against_the_server(server):
+    """The README's Python client snippet, verbatim, pointed at this server through TRITON_GRPC."""
+    import os
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    serving = readme[readme.index("## Serving on Triton") :]
+    code = re.search(r"```python\n(.*?)```", serving, re.S).group(1)
+    env = {**os.environ, "TRITON_GRPC": server.grpc_url}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text, kept, steps = out.stdout.split()[:-2], *out.stdout.split()[-2:]
+    assert " ".join(text) == "1 2 3 4 5" and int(kept) >= 1 and int(steps) >= 1

@@ -2,7 +2,7 @@
 
     python tools/train_fixture.py --minutes 60 --out export/fixtures/tiny-llada-v
 
-LLaDA-V's SFT recipe (DESIGN §9): per sample a mask ratio t ~ U(eps, 1); each window position (answer,
+LLaDA-V's SFT recipe (docs/DESIGN.md §9): per sample a mask ratio t ~ U(eps, 1); each window position (answer,
 ``<|eot_id|>`` and the ``<|endoftext|>`` padding) is masked with probability t; the loss is the cross-entropy
 on masked positions divided by t, averaged over the window. Windows have a random length per sample: often
 only just longer than the answer (the windows Seer truncates to), otherwise anything up to the batch's

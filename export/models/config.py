@@ -1,4 +1,4 @@
-"""LLaDA-V configuration read from a checkpoint's ``config.json`` (DESIGN §3).
+"""LLaDA-V configuration read from a checkpoint's ``config.json`` (docs/DESIGN.md §3).
 
 In:  the ``config.json`` of a LLaDA-V checkpoint (``GSAI-ML/LLaDA-V`` layout) or of the bundled fixture.
 Out: ``LLaDAVConfig``: language-model dims, the SigLIP tower (after LLaDA-V drops its last layer), the

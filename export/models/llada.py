@@ -1,4 +1,4 @@
-"""The LLaDA-8B language model in plain PyTorch, with the checkpoint's own parameter names (DESIGN §3).
+"""The LLaDA-8B language model in plain PyTorch, with the checkpoint's own parameter names (docs/DESIGN.md §3).
 
 In:  input embeddings [B, S, D], ``segment_ids`` [B, S] (0 = padding; attention only between equal non-zero
      ids, so one forward serves left-padded and packed batches) and ``position_ids`` [B, S].

@@ -1,4 +1,4 @@
-"""Checkpoint loading: find a LLaDA-V checkpoint offline, read its safetensors lazily, build the model (DESIGN §3).
+"""Checkpoint loading: find a LLaDA-V checkpoint offline, read its safetensors lazily, build the model (docs/DESIGN.md §3).
 
 In:  a checkpoint folder in Hugging Face layout (``config.json`` plus ``model.safetensors``, or shards
      ``model-0000x-of-0000y.safetensors`` with ``model.safetensors.index.json``), given directly or found in

@@ -1,4 +1,4 @@
-"""The models seer-trt knows by name, and where each one's checkpoint comes from (DESIGN §3, §9).
+"""The models seer-trt knows by name, and where each one's checkpoint comes from (docs/DESIGN.md §3, §9).
 
 In:  a model name (``--model``) and optionally a checkpoint folder (``--checkpoint DIR``).
 Out: the checkpoint folder (``resolve``) or the loaded ``LLaDAV`` with it (``load``).

@@ -1,4 +1,4 @@
-"""Triton Inference Server model repositories for the Seer pipeline (DESIGN §7).
+"""Triton Inference Server model repositories for the Seer pipeline (docs/DESIGN.md §7).
 
 In:  an export folder (``seer-export``, optionally ``seer-build``).
 Out: a model repository: an orchestrator model (Python backend, BLS) that runs ``seer_trt.pipeline`` and calls

@@ -1,4 +1,4 @@
-"""A local ``tritonserver`` for CPU-flavour repositories: the binary bundled in ``nvidia-pytriton`` (DESIGN §11).
+"""A local ``tritonserver`` for CPU-flavour repositories: the binary bundled in ``nvidia-pytriton`` (docs/DESIGN.md §11).
 
 In:  ``setup``: a folder (``$SEER_TRITON_HOME``, default ``~/.cache/seer-trt/triton``) to install into;
      ``LocalServer``: a model repository.

@@ -1,4 +1,4 @@
-"""Plan, write and check a Triton model repository for an export folder (DESIGN §7; ``seer-triton``).
+"""Plan, write and check a Triton model repository for an export folder (docs/DESIGN.md §7; ``seer-triton``).
 
 In:  an export folder (``manifest.json``, ONNX graphs, ``tokenizer/``; TensorRT plans when ``seer-build`` ran),
      a flavour ("gpu" or "cpu") and the orchestrator's name.
