@@ -1,0 +1,106 @@
+// seer-trt's C++ runtime: the Seer pipeline of seer_trt (Python) over ONNX Runtime, on the same export folder
+// (docs/DESIGN.md §11).
+//
+// In:  an export folder written by seer-export (manifest.json, the ONNX graphs, weights.data, tokenizer/), and
+//      requests: chat-formatted prompt ids (seer-prompt-ids prints them) and optional preprocessed pixel tiles.
+// Out: per request the answer ids, the kept window L*, the denoising steps used and per-stage seconds; the
+//      answer text where the export's tokenizer decoder is one this library reads (word-level, byte-level).
+//
+//     prompt ids, tiles ─► embed / vision graphs ─► step zero ─► boundary ─► truncation + step budget
+//     ─► dispatch (static / packed / eager groups) ─► greedy denoising loop ─► answer ids
+//
+// ONNX Runtime is loaded with dlopen at run time (Options::ort_library), so a service picks its ORT build
+// (CPU, CUDA, TensorRT EP) without relinking. A Pipeline may be used from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace seer {
+
+// Every error a caller can trigger; what() names the value found, the value expected and the fix.
+class Error : public std::runtime_error {
+ public:
+  enum class Kind { Config, Input, Manifest, Runtime };
+  Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+struct Options {
+  std::string ort_library;       // path of libonnxruntime.so; "" = $SEER_ORT_LIBRARY, else the build's SDK, else
+                                 // "libonnxruntime.so" on the loader's search path
+  std::string provider = "cpu";  // "cpu" | "cuda" | "tensorrt" (the library must have been built with it)
+  int device_id = 0;             // GPU of the cuda / tensorrt provider
+  int threads = 0;               // intra-op threads per session, 0 = ONNX Runtime's default
+  std::string policy = "cost_model";  // dispatch: cost_model | hybrid | naive_pad | static | packed | per_request
+  double tau_pad = 0.2;          // hybrid: padding share above which a group is packed
+  int short_rows = 4;            // hybrid: rows with L* <= this are grouped apart (0: no such groups)
+  bool share_weights = true;     // CPU: every session reads one memory map of weights.data
+};
+
+// One question. Unset overrides take the export's generation defaults.
+struct Request {
+  std::vector<int64_t> prompt_ids;   // chat-formatted prompt ids; -200 (IMAGE_PLACEHOLDER) where the image goes
+  std::vector<float> pixel_values;   // [tiles, 3, S, S] float32 tiles of the image, normalised; empty: no image
+  int64_t tiles = 0;                 // tiles in pixel_values ("pad" exports: 1; anyres: 1 + cols * rows)
+  int64_t grid_cols = 0, grid_rows = 0;          // anyres exports: the tile grid (seer-prompt-ids writes it)
+  int64_t image_width = 0, image_height = 0;     // anyres exports: the image's size in pixels before tiling
+  std::optional<int64_t> gen_length; // answer window N
+  std::optional<int64_t> steps;      // denoising steps over N (Seer rescales them to the kept window)
+  std::optional<int64_t> block_length;
+  std::optional<int64_t> window;     // cut the window to this length without step zero (the oracle)
+  bool seer = true;                  // false: the padded baseline, every step over all N positions
+  bool early_stop = false;           // LLaDA-V's stopping_criteria=['<|eot_id|>']
+};
+
+// Seconds per stage; batched stages count the whole batch's time, as seer_trt's Result.seconds does.
+struct Timings {
+  double preprocess = 0, step_zero = 0, boundary = 0, dispatch = 0, packing = 0, denoise = 0, detokenize = 0;
+  double graphs = 0;  // of the above, the time inside ONNX Runtime's Run (this request's and its batch's calls)
+};
+
+struct Result {
+  std::vector<int64_t> token_ids;  // answer ids before the first <|eot_id|>
+  std::vector<int64_t> window;     // every kept position's id
+  int64_t kept = 0;                // L*: answer positions denoised (N without Seer)
+  int64_t steps = 0;               // denoising steps this row took part in
+  int64_t gen_length = 0;          // N
+  Timings seconds;
+  std::optional<std::string> text; // the answer, special tokens dropped; none when the decoder is not readable
+  std::string error;               // why this request failed ("" when it did not); the fields above are empty then
+  bool ok() const { return error.empty(); }
+};
+
+class Pipeline {
+ public:
+  // Opens every graph the runtime uses (embed, vision, step_zero where calibrated, denoise).
+  // Throws Error: no manifest or another schema major version, a missing or corrupt graph or weights file,
+  // an ONNX Runtime library that cannot be loaded, a provider it lacks.
+  static std::unique_ptr<Pipeline> open(const std::string& folder, const Options& options = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // One Result per request, in order; a bad request fails alone (Result::error). policy: "" = Options::policy.
+  std::vector<Result> generate(const std::vector<Request>& requests, const std::string& policy = "");
+
+  int64_t image_size() const;      // S of the tiles the vision graph takes
+  int64_t vocab_size() const;
+  std::string ort_version() const; // of the loaded library
+
+ private:
+  struct Impl;
+  explicit Pipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+constexpr int64_t IMAGE_PLACEHOLDER = -200;  // LLaDA-V's IMAGE_TOKEN_INDEX: the image's features go here
+
+}  // namespace seer

@@ -1,0 +1,92 @@
+#include "detokenize.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace seer {
+namespace {
+
+// code point -> UTF-8 (ByteLevel's alphabet lies below U+0200)
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) s += char(cp);
+  else if (cp < 0x800) s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
+  else if (cp < 0x10000) s += char(0xE0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 0x3F)), s += char(0x80 | (cp & 0x3F));
+  else s += char(0xF0 | (cp >> 18)), s += char(0x80 | ((cp >> 12) & 0x3F)), s += char(0x80 | ((cp >> 6) & 0x3F)), s += char(0x80 | (cp & 0x3F));
+  return s;
+}
+
+// Decode UTF-8 into code points; false on malformed input.
+bool code_points(const std::string& s, std::vector<uint32_t>& out) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!len || i + len > s.size()) return false;
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(cp);
+    i += len;
+  }
+  return true;
+}
+
+}  // namespace
+
+Detokenizer::Detokenizer(const std::string& tokenizer_json) {
+  std::ifstream in(tokenizer_json);
+  nlohmann::json data;
+  try {
+    data = nlohmann::json::parse(in);
+    const auto& vocab = data.at("model").at("vocab");
+    auto put = [&](int64_t id, const std::string& token, bool special) {
+      if (id < 0) return;
+      if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(id + 1), special_.resize(id + 1, 0);
+      tokens_[id] = token;
+      special_[id] = special;
+    };
+    if (vocab.is_object())
+      for (const auto& [token, id] : vocab.items()) put(id.get<int64_t>(), token, false);
+    else
+      return;  // Unigram (a list of pieces) and the like: no text
+    for (const auto& added : data.value("added_tokens", nlohmann::json::array()))
+      put(added.at("id").get<int64_t>(), added.at("content").get<std::string>(), added.value("special", false));
+    const auto& dec = data.value("decoder", nlohmann::json());
+    if (dec.is_null()) decoder_ = "none";
+    else if (dec.value("type", "") == "ByteLevel") decoder_ = "ByteLevel";
+  } catch (const std::exception&) {
+    decoder_.clear();
+    return;
+  }
+  if (decoder_ == "ByteLevel") {  // GPT-2's bytes_to_unicode, inverted
+    byte_of_.assign(0x200, -1);
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      byte_of_[printable ? b : 256 + extra++] = b;
+    }
+  }
+}
+
+std::optional<std::string> Detokenizer::decode(const std::vector<int64_t>& ids) const {
+  if (decoder_.empty()) return std::nullopt;
+  std::string text;
+  bool first = true;
+  for (int64_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= tokens_.size() || special_[id]) continue;
+    const std::string& token = tokens_[id];
+    if (decoder_ == "none") {
+      text += (first ? "" : " ") + token;
+    } else {
+      std::vector<uint32_t> cps;
+      if (!code_points(token, cps)) return std::nullopt;
+      for (uint32_t cp : cps) {
+        if (cp < byte_of_.size() && byte_of_[cp] >= 0) text += char(byte_of_[cp]);
+        else text += utf8(cp);  // an added token's own text
+      }
+    }
+    first = false;
+  }
+  return text;
+}
+
+}  // namespace seer

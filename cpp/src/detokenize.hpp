@@ -1,0 +1,29 @@
+// Answer ids -> text, from the export's tokenizer.json (what `tokenizers` does for decode(skip_special_tokens)).
+//
+// In:  tokenizer.json: its vocabulary (WordLevel, BPE, WordPiece: token -> id), added tokens, decoder.
+// Out: the text of an answer, special added tokens dropped; none when the decoder is one this file does not read.
+// Read: no decoder (tokens joined by spaces, the fixture's word-level tokenizer) and ByteLevel (GPT-2 style byte
+// mapping, the usual BPE decoder). Encoding prompt text stays with the caller (seer-prompt-ids): the chat
+// template is Jinja and user text must never become control tokens, which the Python runtime already ensures.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace seer {
+
+class Detokenizer {
+ public:
+  explicit Detokenizer(const std::string& tokenizer_json);  // a file it cannot read decodes nothing
+  std::optional<std::string> decode(const std::vector<int64_t>& ids) const;
+
+ private:
+  std::vector<std::string> tokens_;  // id -> token
+  std::vector<char> special_;        // id -> special added token (dropped)
+  std::string decoder_;              // "none" | "ByteLevel" | "" (unsupported)
+  std::vector<int> byte_of_;         // ByteLevel: code point -> byte
+};
+
+}  // namespace seer

@@ -1,0 +1,62 @@
+#include "layout.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace seer {
+
+Layout padded_layout(const std::vector<Prompt>& prompts, const std::vector<int64_t>& kept, int64_t prompt_len,
+                     int64_t gen_len, size_t row_bytes) {
+  Layout l;
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  l.batch = n, l.prompt = prompt_len, l.answer = gen_len;
+  l.width = *std::max_element(kept.begin(), kept.end());
+  const int64_t seq = prompt_len + gen_len;
+  l.prefix_embeds.assign(n * prompt_len * row_bytes, 0);
+  l.segment_ids.assign(n * seq, 0);
+  l.position_ids.assign(n * seq, 0);
+  l.slot.assign(n * l.width, -1);
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t pad = prompt_len - prompts[b].length;
+    std::memcpy(l.prefix_embeds.data() + (b * prompt_len + pad) * row_bytes, prompts[b].embeds,
+                prompts[b].length * row_bytes);
+    int64_t count = 0;  // valid tokens so far: position = max(count - 1, 0)
+    for (int64_t k = 0; k < seq; ++k) {
+      const bool valid = k < prompt_len ? k >= pad : k - prompt_len < kept[b];
+      count += valid;
+      l.segment_ids[b * seq + k] = valid;
+      l.position_ids[b * seq + k] = std::max<int64_t>(count - 1, 0);
+    }
+    for (int64_t j = 0; j < kept[b]; ++j) l.slot[b * l.width + j] = b * gen_len + j;
+  }
+  return l;
+}
+
+Layout packed_layout(const std::vector<Prompt>& prompts, const std::vector<int64_t>& kept, size_t row_bytes) {
+  Layout l;
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  int64_t total_p = 0, total_g = 0;
+  for (int64_t b = 0; b < n; ++b) total_p += prompts[b].length, total_g += kept[b];
+  l.batch = 1, l.prompt = total_p, l.answer = total_g;
+  l.width = *std::max_element(kept.begin(), kept.end());
+  l.prefix_embeds.resize(total_p * row_bytes);
+  l.segment_ids.reserve(total_p + total_g);
+  l.position_ids.reserve(total_p + total_g);
+  l.slot.assign(n * l.width, -1);
+  size_t offset = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    std::memcpy(l.prefix_embeds.data() + offset, prompts[b].embeds, prompts[b].length * row_bytes);
+    offset += prompts[b].length * row_bytes;
+    for (int64_t k = 0; k < prompts[b].length; ++k) l.segment_ids.push_back(b + 1), l.position_ids.push_back(k);
+  }
+  int64_t cell = 0;
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t j = 0; j < kept[b]; ++j, ++cell) {
+      l.segment_ids.push_back(b + 1);
+      l.position_ids.push_back(prompts[b].length + j);
+      l.slot[b * l.width + j] = cell;
+    }
+  return l;
+}
+
+}  // namespace seer

@@ -1,0 +1,40 @@
+// How a group's rows sit in one graph call (seer_trt/layout.py, docs/DESIGN.md §4 hybrid execution, §5).
+//
+// In:  per row its prompt embeddings [P_i, D] and kept window L_i; the call's shape.
+// Out: Layout: the inputs that stay fixed through the denoising loop (prefix_embeds, segment_ids,
+//      position_ids) and where each row's answer cells sit in gen_ids [b, g].
+//
+//     static / eager (b = rows)           packed (b = 1)
+//     row 0: pad.. prompt0 | ans0 pad     prompt0 prompt1 | ans0 ans1
+//     row 1: pad.. prompt1 | ans1         segment ids 1 1 2 2 | 1 1 2 2 2, positions restart per row
+// Segment 0 is padding; attention stays within equal non-zero ids, so a row computes the same values whatever
+// shares its call. Positions count each row's own tokens from 0: max(cumsum(valid) - 1, 0).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace seer {
+
+struct Prompt {
+  const uint8_t* embeds;  // [P, D] in the graphs' precision
+  int64_t length;         // P
+};
+
+struct Layout {
+  int64_t batch = 0, prompt = 0, answer = 0;  // the call: prefix_embeds [b, p, D], gen_ids [b, g]
+  std::vector<uint8_t> prefix_embeds;         // [b, p, D]
+  std::vector<int32_t> segment_ids;           // [b, p + g]
+  std::vector<int64_t> position_ids;          // [b, p + g]
+  std::vector<int64_t> slot;                  // [rows, width]: cell (i, j)'s index in gen_ids, -1 past L_i
+  int64_t width = 0;                          // L_max over the group's rows
+};
+
+// Rows one per batch entry, left-padded to prompt_len, each window padded to gen_len.
+Layout padded_layout(const std::vector<Prompt>& prompts, const std::vector<int64_t>& kept, int64_t prompt_len,
+                     int64_t gen_len, size_t row_bytes);
+// Every row in one sequence: all prompts, then all windows; segment i + 1 is row i.
+Layout packed_layout(const std::vector<Prompt>& prompts, const std::vector<int64_t>& kept, size_t row_bytes);
+
+}  // namespace seer

@@ -1,0 +1,296 @@
+// Pipeline: requests in, answers out (seer_trt/pipeline.py, docs/DESIGN.md §2, §4).
+//
+//     preprocess (embed.cpp) ─► step zero (step_zero.cpp) ─► boundary (boundary.cpp) ─► schedule (schedule.cpp)
+//     ─► dispatch (dispatch.cpp) ─► denoise (denoise.cpp, per group, in its layout.cpp layout) ─► detokenize
+//
+// Requests with the same generation settings, mode (Seer, padded, oracle window) and early stopping run
+// together, groups in the order of their first request, rows in request order: the same graph calls as the
+// Python runtime, so the same tokens. A bad request gets its error and the others complete. Sessions are shared
+// between threads; every buffer of a call belongs to that call.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "boundary.hpp"
+#include "denoise.hpp"
+#include "detokenize.hpp"
+#include "dispatch.hpp"
+#include "embed.hpp"
+#include "schedule.hpp"
+#include "step_zero.hpp"
+
+namespace seer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// (rows, prompt, answer) of the timed calls: seer_trt.pipeline.SeerPipeline.CALIBRATION_SHAPES
+const int64_t CALIBRATION_SHAPES[][3] = {{1, 16, 4},   {1, 32, 16},  {1, 128, 32}, {1, 384, 64}, {1, 640, 128},
+                                         {4, 32, 8},   {4, 128, 32}, {8, 32, 8},   {16, 32, 16}, {16, 64, 32}};
+constexpr int CALIBRATION_REPEATS = 5;
+
+struct Prepared {
+  size_t index;
+  PromptEmbeds prompt;
+  double seconds;       // preprocess
+  int64_t graph_ns;     // of which in graphs
+};
+
+struct Key {
+  GenerationConfig gen;
+  int mode;  // 0 seer, 1 full (padded baseline), 2 window
+  bool early_stop;
+  bool operator==(const Key& o) const { return gen == o.gen && mode == o.mode && early_stop == o.early_stop; }
+};
+
+}  // namespace
+
+struct Pipeline::Impl {
+  std::string folder;
+  Options options;
+  Manifest manifest;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Detokenizer> detokenizer;
+  std::mutex cost_mutex;
+  std::unique_ptr<CostModel> cost;  // measured on the first batch of several rows that needs it
+
+  GenerationConfig generation(const Request& r) const;
+  void run(const Key& key, const std::vector<const Request*>& requests, std::vector<Prepared>& rows,
+           const std::string& policy, std::vector<Result>& results);
+  void calibrate_costs();
+};
+
+GenerationConfig Pipeline::Impl::generation(const Request& r) const {
+  const GenerationConfig& base = manifest.generation;
+  GenerationConfig gen = base;
+  if (r.gen_length) {  // a new window keeps the default's shape: one block, one step per token
+    const int64_t n = *r.gen_length;
+    gen.gen_length = n;
+    gen.block_length = r.block_length ? *r.block_length : base.block_length == base.gen_length ? n : base.block_length;
+    gen.steps = r.steps ? *r.steps : std::max<int64_t>(1, n * base.steps / base.gen_length);
+  } else {
+    if (r.steps) gen.steps = *r.steps;
+    if (r.block_length) gen.block_length = *r.block_length;
+  }
+  try {
+    gen.validate();
+  } catch (const Error& err) {
+    throw input_error(std::string("request settings: ") + err.what());
+  }
+  if (gen.steps > gen.gen_length)
+    throw input_error("steps " + std::to_string(gen.steps) + " exceeds gen_length " + std::to_string(gen.gen_length) +
+                      ": a step commits at least one token, so the steps past " + std::to_string(gen.gen_length) +
+                      " would only repeat the model for nothing; pass steps <= gen_length");
+  const int64_t largest = manifest.buckets.answer.back();
+  if (gen.gen_length > largest)
+    throw input_error("gen_length " + std::to_string(gen.gen_length) + " exceeds the largest answer bucket " +
+                      std::to_string(largest) + "; ask for <= " + std::to_string(largest) +
+                      " or re-export with larger buckets");
+  if (r.window && (*r.window < 1 || *r.window > gen.gen_length))
+    throw input_error("window " + std::to_string(*r.window) + " must lie in [1, gen_length " +
+                      std::to_string(gen.gen_length) + "]");
+  return gen;
+}
+
+void Pipeline::Impl::calibrate_costs() {
+  const size_t row_bytes = manifest.hidden_size * element_size(manifest.precision);
+  const Buckets& bk = manifest.buckets;
+  std::vector<std::array<int64_t, 3>> shapes;
+  for (const auto& s : CALIBRATION_SHAPES) {
+    std::array<int64_t, 3> c = {std::min(s[0], bk.batch.back()), std::max<int64_t>(1, std::min(s[1], bk.prompt.back())),
+                                std::min(s[2], bk.answer.back())};
+    if (std::find(shapes.begin(), shapes.end(), c) == shapes.end()) shapes.push_back(c);
+  }
+  std::vector<std::pair<int64_t, int64_t>> sizes;
+  std::vector<double> seconds;
+  std::atomic<int64_t> clock{0};
+  for (const auto& [b, p, g] : shapes) {
+    std::vector<uint8_t> zeros(p * row_bytes, 0);
+    std::vector<Prompt> prompts(b, Prompt{zeros.data(), p});
+    std::vector<int64_t> kept(b, g), rows(b);
+    for (int64_t i = 0; i < b; ++i) rows[i] = i;
+    Schedule one_step{kept, std::vector<int64_t>(b, 1), 1, std::vector<int64_t>(b, 0), std::vector<int64_t>(b, g)};
+    Layout layout = padded_layout(prompts, kept, p, g, row_bytes);
+    double fastest = 1e300;
+    for (int k = 0; k <= CALIBRATION_REPEATS; ++k) {  // the first warms the session
+      const auto start = Clock::now();
+      denoise(*backend, manifest, layout, one_step, rows, std::nullopt, std::nullopt, &clock);
+      if (k) fastest = std::min(fastest, since(start));
+    }
+    sizes.emplace_back(b, p + g);
+    seconds.push_back(fastest);
+  }
+  cost = std::make_unique<CostModel>(CostModel::fit(sizes, seconds));
+}
+
+void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requests, std::vector<Prepared>& rows,
+                         const std::string& policy, std::vector<Result>& results) {
+  const SpecialTokens& special = manifest.special;
+  const int64_t n = key.gen.gen_length, count = static_cast<int64_t>(rows.size());
+  const size_t row_bytes = manifest.hidden_size * element_size(manifest.precision);
+  Timings clock;
+  std::atomic<int64_t> graph_ns{0};
+  std::vector<Prompt> prompts;
+  std::vector<int64_t> lengths;
+  for (const auto& r : rows) prompts.push_back({r.prompt.embeds.data(), r.prompt.length}), lengths.push_back(r.prompt.length);
+  std::vector<int64_t> kept(count, n);
+  if (key.mode == 2)
+    for (int64_t i = 0; i < count; ++i) kept[i] = *requests[rows[i].index]->window;
+  StepZeroOut zero;
+  if (key.mode == 0) {
+    auto t0 = Clock::now();
+    zero = run_step_zero(*backend, manifest, prompts, n, &graph_ns);
+    clock.step_zero = since(t0);
+    t0 = Clock::now();
+    kept = detect(zero.profile, count, n, manifest.seer);
+    clock.boundary = since(t0);
+  }
+  if (policy == "cost_model" && count > 1) {
+    std::lock_guard<std::mutex> lock(cost_mutex);
+    if (!cost) calibrate_costs();
+  }
+  auto t0 = Clock::now();
+  const Schedule schedule = plan_schedule(key.gen, kept);
+  const DispatchPlan plan = plan_dispatch(lengths, kept, schedule.steps, manifest.buckets, policy, options.tau_pad,
+                                          options.short_rows, cost.get());
+  clock.dispatch = since(t0);
+  t0 = Clock::now();
+  std::vector<int64_t> tokens(count * n, special.mask_id), used(count, 0);
+  for (const Group& group : plan.groups) {
+    std::vector<Prompt> members;
+    std::vector<int64_t> member_kept;
+    for (int64_t r : group.rows) members.push_back(prompts[r]), member_kept.push_back(kept[r]);
+    const auto t1 = Clock::now();
+    Layout layout = group.path == "packed"
+                        ? packed_layout(members, member_kept, row_bytes)
+                        : padded_layout(members, member_kept, group.prompt_len, group.gen_len, row_bytes);
+    clock.packing += since(t1);
+    std::optional<StepZeroPrediction> step0;
+    std::vector<int64_t> x0;
+    std::vector<float> confidence;
+    if (!zero.x0.empty()) {  // the full-depth step zero's prediction of the group's rows
+      for (int64_t r : group.rows) {
+        x0.insert(x0.end(), zero.x0.begin() + r * n, zero.x0.begin() + (r + 1) * n);
+        confidence.insert(confidence.end(), zero.confidence.begin() + r * n, zero.confidence.begin() + (r + 1) * n);
+      }
+      step0 = StepZeroPrediction{x0.data(), confidence.data(), n};
+    }
+    const std::optional<int64_t> stop = key.early_stop ? std::optional<int64_t>(special.eot_id) : std::nullopt;
+    const Denoised out = denoise(*backend, manifest, layout, schedule, group.rows, step0, stop, &graph_ns);
+    for (size_t i = 0; i < group.rows.size(); ++i) {
+      const int64_t r = group.rows[i];
+      std::copy(out.tokens.begin() + i * out.width, out.tokens.begin() + (i + 1) * out.width, tokens.begin() + r * n);
+      used[r] = out.steps[i];
+    }
+  }
+  clock.denoise = since(t0) - clock.packing;
+  t0 = Clock::now();
+  std::vector<Result> out(count);
+  for (int64_t i = 0; i < count; ++i) {
+    Result& res = out[i];
+    res.window.assign(tokens.begin() + i * n, tokens.begin() + i * n + kept[i]);
+    auto eot = std::find(res.window.begin(), res.window.end(), special.eot_id);
+    res.token_ids.assign(res.window.begin(), eot);
+    res.text = detokenizer->decode(res.token_ids);
+    res.kept = kept[i], res.steps = used[i], res.gen_length = n;
+  }
+  clock.detokenize = since(t0);
+  const double group_graphs = graph_ns.load() * 1e-9;
+  for (int64_t i = 0; i < count; ++i) {
+    Result& res = out[i];
+    res.seconds = clock;
+    res.seconds.preprocess = rows[i].seconds;
+    res.seconds.graphs = group_graphs + rows[i].graph_ns * 1e-9;
+    results[rows[i].index] = std::move(res);
+  }
+}
+
+Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Pipeline::~Pipeline() = default;
+
+std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Options& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->folder = folder;
+  impl->options = options;
+  check_policy(options.policy);
+  if (!(options.tau_pad >= 0 && options.tau_pad <= 1))
+    throw config_error("tau_pad must lie in [0, 1], got " + std::to_string(options.tau_pad));
+  if (options.short_rows < 0)
+    throw config_error("short must be >= 0 (0: no group of short rows), got " + std::to_string(options.short_rows));
+  impl->manifest = Manifest::read(folder);
+  const Manifest& m = impl->manifest;
+  std::vector<std::string> graphs = {"embed", "vision", "denoise"};
+  if (!m.seer.full_depth()) graphs.push_back("step_zero");
+  // the inputs and outputs this runtime feeds and reads (seer_trt/graphs.py); another contract is refused here,
+  // not at the first request
+  const std::vector<std::string> window_inputs = {"prefix_embeds", "gen_ids", "segment_ids", "position_ids"};
+  const std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> contract = {
+      {"embed", {{"input_ids"}, {"embeds"}}},
+      {"vision", {{"pixel_values"}, {"image_features", "image_newline"}}},
+      {"denoise", {window_inputs, {"x0", "confidence", "p_end"}}},
+      {"step_zero", {window_inputs, {m.seer.signal == "probe" ? "probe_score" : "sparsity"}}}};
+  for (const std::string& g : graphs) {
+    const GraphEntry& entry = m.graph(g);
+    std::vector<std::string> inputs, outputs;
+    for (const auto& t : entry.inputs) inputs.push_back(t.name);
+    for (const auto& t : entry.outputs) outputs.push_back(t.name);
+    const auto& [want_in, want_out] = contract.at(g);
+    bool ok = inputs == want_in;
+    for (const auto& o : want_out) ok &= std::find(outputs.begin(), outputs.end(), o) != outputs.end();
+    if (!ok) {
+      std::string found;
+      for (const auto& name : inputs) found += (found.empty() ? "" : ", ") + name;
+      throw manifest_error("graph '" + g + "' takes inputs [" + found +
+                           "], not the contract this C++ runtime feeds (seer_trt/graphs.py) or lacks an output it "
+                           "reads; rebuild the C++ library from the seer-trt that exported the folder");
+    }
+  }
+  impl->backend = std::make_unique<Backend>(folder, m, options, graphs);
+  impl->detokenizer = std::make_unique<Detokenizer>(folder + "/" + m.tokenizer + "/tokenizer.json");
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+}
+
+std::vector<Result> Pipeline::generate(const std::vector<Request>& requests, const std::string& policy) {
+  Impl& im = *impl_;
+  const std::string chosen = policy.empty() ? im.options.policy : policy;
+  check_policy(chosen);
+  std::vector<Result> results(requests.size());
+  std::vector<std::pair<Key, std::vector<Prepared>>> groups;  // in the order of their first request
+  std::vector<const Request*> pointers;
+  for (const auto& r : requests) pointers.push_back(&r);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request& r = requests[i];
+    const auto start = Clock::now();
+    std::atomic<int64_t> graph_ns{0};
+    try {
+      GenerationConfig gen = im.generation(r);
+      PromptEmbeds prompt = embed_prompt(*im.backend, im.manifest, r, &graph_ns);
+      Key key{gen, r.window ? 2 : r.seer ? 0 : 1, r.early_stop};
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+      if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
+      it->second.push_back({i, std::move(prompt), since(start), graph_ns.load()});
+    } catch (const Error& err) {
+      results[i].error = err.what();
+    } catch (const std::exception& err) {
+      results[i].error = std::string("this request could not be prepared (") + err.what() + "); the others are unaffected";
+    }
+  }
+  for (auto& [key, rows] : groups) {
+    try {
+      im.run(key, pointers, rows, chosen, results);
+    } catch (const std::exception& err) {  // a graph failed: this group's requests carry why
+      for (const auto& row : rows) results[row.index] = Result{}, results[row.index].error = err.what();
+    }
+  }
+  return results;
+}
+
+int64_t Pipeline::image_size() const { return impl_->manifest.vision.image_size; }
+int64_t Pipeline::vocab_size() const { return impl_->manifest.vocab_size; }
+std::string Pipeline::ort_version() const { return Backend::version(); }
+
+}  // namespace seer

@@ -1,0 +1,45 @@
+#include "schedule.hpp"
+
+#include <algorithm>
+
+namespace seer {
+
+int64_t truncated_steps(int64_t steps, int64_t kept, int64_t gen_length) {
+  return std::max<int64_t>(1, (steps * kept + gen_length - 1) / gen_length);  // ceil(steps * L* / N)
+}
+
+Schedule plan_schedule(const GenerationConfig& gen, const std::vector<int64_t>& kept) {
+  Schedule s;
+  s.kept = kept;
+  const int64_t per_block = gen.steps / gen.num_blocks();
+  std::vector<std::vector<int64_t>> transfer(kept.size()), block_end(kept.size());
+  for (size_t b = 0; b < kept.size(); ++b) {
+    const int64_t length = kept[b];
+    for (int64_t start = 0; start < length; start += gen.block_length) {
+      const int64_t size = std::min(gen.block_length, length - start);
+      const int64_t steps =
+          size == gen.block_length ? per_block : (size * per_block + gen.block_length - 1) / gen.block_length;
+      for (int64_t i = 0; i < steps; ++i) {  // get_num_transfer_tokens: remainder to the earliest steps
+        transfer[b].push_back(size / steps + (i < size % steps ? 1 : 0));
+        block_end[b].push_back(start + size);
+      }
+    }
+    s.steps.push_back(truncated_steps(gen.steps, length, gen.gen_length));
+    if (static_cast<int64_t>(transfer[b].size()) != s.steps.back())
+      throw Error(Error::Kind::Runtime, "schedule: a row of " + std::to_string(length) + " positions planned " +
+                                            std::to_string(transfer[b].size()) + " steps, expected " +
+                                            std::to_string(s.steps.back()));
+    s.num_steps = std::max(s.num_steps, s.steps.back());
+  }
+  s.transfer.assign(kept.size() * s.num_steps, 0);
+  s.block_end.assign(kept.size() * s.num_steps, 0);
+  for (size_t b = 0; b < kept.size(); ++b)
+    for (int64_t t = 0; t < s.num_steps; ++t) {
+      const bool in = t < static_cast<int64_t>(transfer[b].size());
+      s.transfer[b * s.num_steps + t] = in ? transfer[b][t] : 0;
+      s.block_end[b * s.num_steps + t] = in ? block_end[b][t] : kept[b];
+    }
+  return s;
+}
+
+}  // namespace seer

@@ -1,0 +1,29 @@
+// Block layout and step budget of the denoising loop, before and after truncation (seer_trt/schedule.py,
+// docs/DESIGN.md §3, §4).
+//
+// In:  generation settings (N, steps, block_length) and the kept window L* per row.
+// Out: Schedule: tokens each row commits at each step, and the block end that bounds the eligible positions.
+// A row kept to L* of N positions gets ceil(steps * L* / N) steps (at least 1) over a block layout recomputed
+// on L*: full blocks keep their steps, a final partial block gets its share rounded up; within a block its
+// masks are spread evenly over its steps, the remainder to the earliest.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "manifest.hpp"
+
+namespace seer {
+
+struct Schedule {
+  std::vector<int64_t> kept;       // [B] L* (or N)
+  std::vector<int64_t> steps;      // [B] steps each row uses
+  int64_t num_steps = 0;           // T: the longest row's
+  std::vector<int64_t> transfer;   // [B, T] tokens row b commits at step t
+  std::vector<int64_t> block_end;  // [B, T] at step t only positions < block_end may commit
+};
+
+int64_t truncated_steps(int64_t steps, int64_t kept, int64_t gen_length);
+Schedule plan_schedule(const GenerationConfig& gen, const std::vector<int64_t>& kept);
+
+}  // namespace seer
