@@ -21,6 +21,8 @@ Scenarios:
   request are checked equal across policies. A policy slower than ``prune`` times the fastest in the warm-up
   round is not timed again (it cannot be the best; its warm-up time is reported);
 - backends: one denoising step, PyTorch eager vs ONNX Runtime, batch 1, the same thread count for both;
+- C++ (``--cpp LIB``, ``seer_export.bench_cpp``): the C++ runtime against this one, one request at a time, with
+  the time each spends outside the graphs;
 - overhead: share of end-to-end time in detection (boundary rule), routing (dispatch plan), packing (layouts)
   and model compute (step zero and denoising), in the default policy's long-tail runs.
 """
@@ -65,6 +67,9 @@ class Settings:
     step_calls: int = 5  # calls per backend per round (their median is the round's time)
     prompt_len: int = 24  # prompt embeddings of the per-step comparison
     threads: int = 1  # intra-op threads of ONNX Runtime and of PyTorch alike
+    cpp_lengths: tuple[int, ...] = (64, 128)  # --cpp: gen_lengths of the C++ vs Python comparison
+    cpp_prompts: int = 8
+    cpp_rounds: int = 5
 
     @classmethod
     def quick(cls, threads: int = 1) -> Settings:
@@ -412,8 +417,10 @@ def machine(threads: int) -> dict[str, Any]:
 
 
 def bench(engines: Path, checkpoint: Path | None, settings: Settings, seed: int = 7,
-          progress: Progress = lambda s: None, command: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """Every scenario; returns the report (what ``--json`` writes)."""
+          progress: Progress = lambda s: None, command: str | None = None,
+          cpp: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every scenario (and with ``cpp``, a built libseer.so, the C++ runtime against this one); returns the report
+    (what ``--json`` writes)."""
     import torch
 
     from seer_export.models.registry import load
@@ -437,6 +444,11 @@ def bench(engines: Path, checkpoint: Path | None, settings: Settings, seed: int 
     report["long_prompt"] = batched(pipe, prompts, settings, "long-prompt batch", True, progress)
     report["backends"] = backends(pipe, model, settings, progress)
     report["overhead"] = overhead(report["long_tail"]["stage_seconds"])
+    if cpp is not None:
+        from seer_export.bench_cpp import cpp_vs_python
+
+        report["cpp"] = cpp_vs_python(pipe, engines, cpp, settings.cpp_lengths, settings.cpp_prompts,
+                                      settings.cpp_rounds, settings.threads, seed + 4, progress)  # fmt: skip
     info = machine(settings.threads)
     info["load_average_before"] = load_before
     return {
@@ -472,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer lengths, prompts and rounds: about two minutes")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads of both backends (default 1)")
     ap.add_argument("--seed", type=int, default=7, help="seed of the held-out prompts")
+    ap.add_argument("--cpp", type=Path, metavar="LIBSEER",
+                    help="also time the C++ runtime (cpp/build/libseer.so) against the Python one, per request")  # fmt: skip
     ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
     args = ap.parse_args(argv)
     settings = Settings.quick(args.threads) if args.quick else Settings(threads=args.threads)
@@ -483,8 +497,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         require_extra("seer-bench")
-        report = bench(args.engines, args.checkpoint, settings, args.seed, progress, command)
+        report = bench(args.engines, args.checkpoint, settings, args.seed, progress, command, args.cpp)
         print(tables(report))
+        if "cpp" in report:
+            from seer_export.bench_cpp import table
+
+            print("\n" + table(report["cpp"]))
         if args.json:
             write_json(args.json, report)
         if args.plot:

@@ -63,6 +63,17 @@ class _Results(ctypes.Structure):
     _fields_ = [("count", ctypes.c_size_t), ("items", ctypes.POINTER(_Result))]
 
 
+def wheel_library() -> str:
+    """The installed onnxruntime wheel's ``libonnxruntime.so``: the library the Python runtime runs on, so a
+    ``CppPipeline`` given it (``ort_library=``) computes the same bits from every graph call."""
+    import onnxruntime
+
+    found = sorted((Path(onnxruntime.__file__).parent / "capi").glob("libonnxruntime.so*"))
+    if not found:
+        raise ConfigError(f"the onnxruntime wheel at {Path(onnxruntime.__file__).parent} holds no libonnxruntime.so")
+    return str(found[0])
+
+
 def load_library(path: str | Path) -> ctypes.CDLL:
     """``libseer.so`` with its C ABI declared.
 

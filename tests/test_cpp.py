@@ -1,0 +1,327 @@
+"""The C++ runtime (cpp/, docs/DESIGN.md §11) against the Python one: built from this checkout with the README's
+commands (into a cache folder, never the working tree; configuring runs tools/ort_sdk.sh), then the same answer ids,
+L* and steps as ``SeerPipeline`` on 40 held-out fixture prompts (text and image), batch 1 and batched under every
+dispatch policy, for every signal and detector a manifest can name, with and without Seer and early stopping;
+seer-prompt-ids -> seer_run equal to seer-run; bad inputs an error, never a crash; four threads on one pipeline.
+
+Both runtimes load the same ONNX Runtime library (the installed wheel's), so the graphs compute the same bits."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from seer_trt.config import SeerConfig
+from seer_trt.cpp import CppPipeline, load_library
+from seer_trt.cpp import wheel_library as ort_library
+from seer_trt.dispatch import POLICIES
+from seer_trt.errors import ManifestError
+from seer_trt.pipeline import Request, SeerPipeline
+from seer_trt.prompt_ids import CppRequests
+from seer_trt.tasks import make_samples
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = make_samples(23, 40)  # held-out (the trainer draws from seeds >= 1_000_000); 13 of them with an image
+CACHE = Path(os.environ.get("SEER_CPP_CACHE", Path.home() / ".cache" / "seer-trt" / "cpp"))
+
+
+def sources_digest() -> str:
+    h = hashlib.sha256()
+    files = [p for p in (ROOT / "cpp").rglob("*") if p.is_file() and "build" not in p.relative_to(ROOT / "cpp").parts]
+    for path in sorted([*files, ROOT / "tools" / "ort_sdk.sh"]):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def cpp_build() -> Path:
+    """cpp/ built with the README's commands (ONNX Runtime's headers fetched by tools/ort_sdk.sh at configure time)
+    into $SEER_CPP_CACHE or ~/.cache/seer-trt/cpp, once per version of the sources. A failed fetch or build fails."""
+    build = CACHE / f"build-{sources_digest()}"
+    done = build / "BUILT"
+    if not done.is_file():
+        shutil.rmtree(build, ignore_errors=True)
+        env = {**os.environ, "PYTHON": sys.executable}
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        for cmd in (["cmake", "-S", str(ROOT / "cpp"), "-B", str(build), *generator],
+                    ["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)]):  # fmt: skip
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+            if out.returncode:
+                pytest.fail(f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        done.write_text("ok\n")
+    return build
+
+
+@pytest.fixture(scope="module")
+def folder(fixture_export) -> Path:
+    return fixture_export[0]
+
+
+@pytest.fixture(scope="module")
+def cpp_requests(folder, tmp_path_factory) -> list[dict]:
+    """SAMPLES as C++ requests: prompt ids through the runtime's own encoder, images as .npy pixel tiles."""
+    tiles = tmp_path_factory.mktemp("tiles")
+    conv = CppRequests(folder)
+    return [conv.convert({"prompt": s.question, "image": s.image}, tiles / f"{i}.npy") for i, s in enumerate(SAMPLES)]
+
+
+@pytest.fixture(scope="module")
+def lib(cpp_build):
+    return load_library(cpp_build / "libseer.so")
+
+
+@pytest.fixture(scope="module")
+def cpp(lib, folder):
+    with CppPipeline(lib, folder, ort_library=ort_library()) as pipe:
+        yield pipe
+
+
+@pytest.fixture(scope="module")
+def py(folder):
+    pipe = SeerPipeline.from_manifest(folder)
+    yield pipe
+    pipe.close()
+
+
+def py_requests(**mode) -> list[Request]:
+    return [Request(s.question, s.image, **mode) for s in SAMPLES]
+
+
+def assert_same(python, cpp_results) -> None:
+    """Every row: answer ids, kept window, L*, steps, N and text equal."""
+    assert all(r.ok for r in python), [r.error for r in python if not r.ok]
+    assert [r["error"] for r in cpp_results] == [None] * len(python)
+    for i, (a, b) in enumerate(zip(python, cpp_results, strict=True)):
+        found = (b["token_ids"], b["window"], b["kept"], b["steps"], b["gen_length"], b["text"])
+        assert found == (list(a.token_ids), list(a.window), a.kept, a.steps, a.gen_length, a.text), f"row {i}"
+
+
+@pytest.fixture(scope="module")
+def python_seer(py):
+    return py.generate(py_requests())
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_batched_tokens_equal_python_under_every_policy(cpp, cpp_requests, python_seer, policy):
+    assert_same(python_seer, cpp.generate(cpp_requests, policy=policy))
+    assert any(r.kept < r.gen_length for r in python_seer)  # Seer did cut windows
+
+
+def test_batch_of_one_tokens_equal_python(cpp, py, cpp_requests):
+    python = [py.generate(r)[0] for r in py_requests()]
+    assert_same(python, [cpp.generate([r])[0] for r in cpp_requests])
+
+
+MODES = {  # name: request fields (the padded baseline at a shorter window, to keep the test short)
+    "padded": {"seer": False, "gen_length": 32},
+    "early_stop": {"seer": False, "early_stop": True},
+    "seer_early_stop": {"early_stop": True},
+    "oracle_window": {"window": 9},
+}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_modes_equal_python(cpp, py, cpp_requests, mode):
+    fields = MODES[mode]
+    assert_same(py.generate(py_requests(**fields)), cpp.generate([{**r, **fields} for r in cpp_requests]))
+
+
+def calibrated_copy(src: Path, dst: Path, seer: SeerConfig) -> Path:
+    """The export with another calibration in its manifest (graph and weight files linked, not copied)."""
+    dst.mkdir()
+    for path in src.iterdir():
+        if path.name != "manifest.json":
+            (dst / path.name).symlink_to(path)
+    data = json.loads((src / "manifest.json").read_text())
+    data["seer"] = seer.to_dict()
+    (dst / "manifest.json").write_text(json.dumps(data))
+    return dst
+
+
+SIGNALS = {  # every signal and detector a manifest can name; the fixture's own is the probe with a threshold
+    "end_token_full_depth": SeerConfig(signal="end_token_prob", label="end-token"),
+    "sparsity_jump_up": SeerConfig(tau_jump=0.005, gamma=2.0, label="jump up"),
+    "sparsity_jump_down": SeerConfig(direction="down", tau_jump=0.005, gamma=2.0, window=2, margin=2, label="down"),
+}
+
+
+@pytest.mark.parametrize("signal", sorted(SIGNALS))
+def test_every_signal_and_detector_equals_python(lib, folder, cpp_requests, tmp_path, signal):
+    base = json.loads((folder / "manifest.json").read_text())["seer"]
+    seer = SIGNALS[signal]
+    if not seer.full_depth:  # the step_zero graph computes the fixture's statistic at its layer
+        seer = dataclasses.replace(seer, probe_layer=base["probe_layer"], statistic=base["statistic"])
+    copy = calibrated_copy(folder, tmp_path / "export", seer)
+    py = SeerPipeline.from_manifest(copy)
+    python = py.generate(py_requests())
+    with CppPipeline(lib, copy, ort_library=ort_library()) as cpp:
+        assert_same(python, cpp.generate(cpp_requests))
+    py.close()
+    assert any(r.kept < r.gen_length for r in python)  # the detector cut windows
+
+
+def run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600, **kw)
+    assert out.returncode >= 0, f"killed by signal {-out.returncode}: {out.stderr[-2000:]}"  # never a crash
+    return out
+
+
+def test_cli_with_seer_prompt_ids_equals_seer_run(cpp_build, folder, tmp_path):
+    """The documented workflow: seer-run's JSONL -> seer-prompt-ids -> cpp/build/seer_run, against seer-run."""
+    from PIL import Image
+
+    lines = []
+    for i, s in enumerate(SAMPLES[:8]):
+        line = {"prompt": s.question}
+        if s.image is not None:
+            Image.fromarray(s.image).save(tmp_path / f"{i}.png")
+            line["image"] = str(tmp_path / f"{i}.png")
+        lines.append(json.dumps(line | ({"early_stop": True} if i % 3 == 0 else {})))
+    (tmp_path / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    out = run_cli([sys.executable, "-m", "seer_trt.prompt_ids", "--engines", folder, "--input", tmp_path / "requests.jsonl",
+                   "--output", tmp_path / "cpp.jsonl", "--tiles-dir", tmp_path / "tiles"])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    out = run_cli([sys.executable, "-m", "seer_trt.cli_run", "--engines", folder, "--input", tmp_path / "requests.jsonl",
+                   "--output", tmp_path / "python.jsonl"])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "cpp.jsonl",
+                   "--output", tmp_path / "results.jsonl", "--ort-library", ort_library()])  # fmt: skip
+    assert out.returncode == 0 and "8 answered, 0 failed" in out.stderr, out.stderr
+    python = [json.loads(line) for line in (tmp_path / "python.jsonl").read_text().splitlines()]
+    cpp = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [list(r) for r in cpp] == [list(r) for r in python]  # seer-run's fields, in its order
+    keys = ("text", "token_ids", "window", "kept", "steps", "gen_length", "error")
+    assert [[r[k] for k in keys] for r in cpp] == [[r[k] for k in keys] for r in python]
+    assert set(cpp[0]["seconds"]) == set(python[0]["seconds"]) | {"graphs"}
+
+
+def broken_copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_bad_folders_are_one_line_errors(cpp_build, lib, folder, tmp_path):
+    ort = ["--ort-library", ort_library()]
+    (tmp_path / "r.jsonl").write_text('{"prompt_ids": [1, 2]}\n')
+    cases = {"missing": (tmp_path / "nope", "is not an export folder")}
+    for version in ("1.0", "3.0", "two"):
+        d = broken_copy(folder, tmp_path / f"schema-{version}")
+        data = json.loads((d / "manifest.json").read_text())
+        (d / "manifest.json").write_text(json.dumps({**data, "schema_version": version}))
+        cases[f"schema {version}"] = (d, "schema_version")
+    d = broken_copy(folder, tmp_path / "corrupt-manifest")
+    (d / "manifest.json").write_text('{"schema_version": "2.0", ')
+    cases["corrupt manifest"] = (d, "not readable JSON")
+    d = broken_copy(folder, tmp_path / "no-seer")
+    data = json.loads((d / "manifest.json").read_text())
+    del data["seer"]
+    (d / "manifest.json").write_text(json.dumps(data))
+    cases["key missing"] = (d, "lacks 'seer'")
+    d = broken_copy(folder, tmp_path / "truncated-graph")
+    graph = (d / "denoise.onnx").read_bytes()
+    (d / "denoise.onnx").write_bytes(graph[: len(graph) // 2])
+    cases["truncated graph"] = (d, "does not load")
+    d = broken_copy(folder, tmp_path / "truncated-weights")
+    weights = (d / "weights.data").read_bytes()
+    (d / "weights.data").write_bytes(weights[: len(weights) // 2])
+    cases["truncated weights"] = (d, "the manifest says")
+    d = broken_copy(folder, tmp_path / "bad-index")
+    index = json.loads((d / "weights.json").read_text())
+    name = next(iter(index))
+    index[name][0] = len(weights)  # a tensor past the end of the file: reading it would fault
+    (d / "weights.json").write_text(json.dumps(index))
+    cases["index past the file"] = (d, "lies outside")
+    for case, (path, message) in cases.items():
+        out = run_cli([cpp_build / "seer_run", "--engines", path, "--input", tmp_path / "r.jsonl", *ort])
+        assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, (case, out)
+        with pytest.raises(ManifestError, match=message):
+            CppPipeline(lib, path, ort_library=ort_library())
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "r.jsonl",
+                   "--ort-library", tmp_path / "libnothing.so"])  # fmt: skip
+    assert out.returncode == 2 and "cannot load ONNX Runtime" in out.stderr, out.stderr
+    with pytest.raises(ManifestError, match="unknown dispatch policy"):
+        CppPipeline(lib, folder, ort_library=ort_library(), policy="fastest")
+
+
+def test_bad_requests_fail_alone(cpp_build, folder, cpp_requests, tmp_path):
+    good = cpp_requests[0]
+    image = next(r for r in cpp_requests if "image_tiles" in r)
+    np.save(tmp_path / "small.npy", np.zeros((1, 3, 8, 8), np.float32))
+    np.save(tmp_path / "ints.npy", np.zeros((1, 3, 32, 32), np.int64))
+    bad = {
+        "too long": ({"prompt_ids": [5] * 600}, "largest prompt bucket"),
+        "id past the vocabulary": ({"prompt_ids": [5, 999]}, "outside the vocabulary"),
+        "negative id": ({"prompt_ids": [-5, 5]}, "outside the vocabulary"),
+        "empty": ({"prompt_ids": []}, "prompt_ids is empty"),
+        "placeholder without image": ({"prompt_ids": [-200, 5]}, "image placeholder"),
+        "image without placeholder": ({"prompt_ids": [5], "image_tiles": image["image_tiles"]}, "image placeholder"),
+        "tiles too small": ({**image, "image_tiles": str(tmp_path / "small.npy")}, "floats"),
+        "tiles not float32": ({**image, "image_tiles": str(tmp_path / "ints.npy")}, "expected float32"),
+        "tiles missing": ({**image, "image_tiles": str(tmp_path / "none.npy")}, "does not exist"),
+        "prompt text": ({"prompt": "count to 7 ."}, "seer-prompt-ids"),
+        "unknown key": ({**good, "colour": 1}, "unknown request key"),
+        "window too long": ({**good, "window": 65}, "must lie in [1, gen_length 64]"),
+        "steps past gen_length": ({**good, "steps": 128}, "exceeds gen_length"),
+        "gen_length past buckets": ({**good, "gen_length": 512}, "largest answer bucket"),
+        "blocks": ({**good, "block_length": 24}, "not a multiple of block_length"),
+        "temperature": ({**good, "temperature": 0.7}, "greedily"),
+        "string id": ({"prompt_ids": ["5"]}, "whole number"),
+    }
+    lines = [json.dumps(good)] + [json.dumps(r) for r, _ in bad.values()] + ["{not json", "[1, 2]", json.dumps(good)]
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "r.jsonl",
+                   "--ort-library", ort_library()])  # fmt: skip
+    assert out.returncode == 1 and f"2 answered, {len(bad) + 2} failed" in out.stderr, out.stderr
+    results = [json.loads(line) for line in out.stdout.splitlines()]
+    assert results[0]["error"] is None and results[-1] == {**results[0], "seconds": results[-1]["seconds"]}
+    for (case, (_, message)), result in zip(bad.items(), results[1:], strict=False):
+        assert result["error"] and message in result["error"], (case, result["error"])
+    assert "not JSON" in results[-3]["error"] and "JSON object" in results[-2]["error"]
+
+
+def test_four_threads_on_one_pipeline_give_the_sequential_answers(cpp, cpp_requests):
+    sequential = [cpp.generate(cpp_requests[i::4], policy="cost_model") for i in range(4)]
+    found: dict[int, list] = {}
+
+    def work(i: int) -> None:
+        for _ in range(2):
+            found.setdefault(i, []).append(cpp.generate(cpp_requests[i::4], policy="cost_model"))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731
+    for i in range(4):
+        assert [strip(r) for r in found[i]] == [strip(sequential[i])] * 2
+
+
+def test_readme_cpp_example_builds_and_prints_what_it_says(cpp_build, folder, tmp_path):
+    """The README's C++ example and its g++ command, verbatim, against this build, where the set-up's export lies."""
+    readme = (ROOT / "README.md").read_text()
+    section = re.search(r"^## C\+\+\n(.*?)(?=^## |\Z)", readme, re.S | re.M).group(1)
+    code = re.search(r"```cpp\n(.*?)```", section, re.S).group(1)
+    command = re.search(r"`(g\+\+ -std=c\+\+17 example\.cpp [^`]+)`", section).group(1)
+    printed = re.search(r"it\s+prints `([^`]+)`", section).group(1)
+    (tmp_path / "example.cpp").write_text(code)
+    (tmp_path / "engines").mkdir()
+    (tmp_path / "engines" / "tiny-llada-v-fp32").symlink_to(folder)
+    (tmp_path / "cpp").mkdir()
+    (tmp_path / "cpp" / "include").symlink_to(ROOT / "cpp" / "include")
+    (tmp_path / "cpp" / "build").symlink_to(cpp_build)
+    out = run_cli(["bash", "-c", command], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_cli([tmp_path / "example"], cwd=tmp_path, env={**os.environ, "SEER_ORT_LIBRARY": ort_library()})
+    assert out.returncode == 0 and out.stdout.strip() == printed, (out.stdout, out.stderr)
