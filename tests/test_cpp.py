@@ -2,7 +2,8 @@
 commands (into a cache folder, never the working tree; configuring runs tools/ort_sdk.sh), then the same answer ids,
 L* and steps as ``SeerPipeline`` on 40 held-out fixture prompts (text and image), batch 1 and batched under every
 dispatch policy, for every signal and detector a manifest can name, with and without Seer and early stopping;
-seer-prompt-ids -> seer_run equal to seer-run; bad inputs an error, never a crash; four threads on one pipeline.
+anyres images (a random export: the merge of tile features, crops and bilinear shrinking); seer-prompt-ids ->
+seer_run equal to seer-run; bad inputs an error, never a crash; four threads on one pipeline.
 
 Both runtimes load the same ONNX Runtime library (the installed wheel's), so the graphs compute the same bits."""
 
@@ -51,7 +52,8 @@ def cpp_build() -> Path:
     build = CACHE / f"build-{sources_digest()}"
     done = build / "BUILT"
     if not done.is_file():
-        shutil.rmtree(build, ignore_errors=True)
+        for stale in CACHE.glob("build-*"):  # builds of other versions of the sources
+            shutil.rmtree(stale, ignore_errors=True)
         env = {**os.environ, "PYTHON": sys.executable}
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         for cmd in (["cmake", "-S", str(ROOT / "cpp"), "-B", str(build), *generator],
@@ -325,3 +327,39 @@ def test_readme_cpp_example_builds_and_prints_what_it_says(cpp_build, folder, tm
     assert out.returncode == 0, out.stderr[-3000:]
     out = run_cli([tmp_path / "example"], cwd=tmp_path, env={**os.environ, "SEER_ORT_LIBRARY": ort_library()})
     assert out.returncode == 0 and out.stdout.strip() == printed, (out.stdout, out.stderr)
+
+
+@pytest.fixture(scope="module")
+def anyres_export(tmp_path_factory) -> Path:
+    """A random 2-layer LLaDA-V with anyres_max_4 tiling (16 px tiles of 2 x 2 patches, grids up to 6 x 6),
+    exported without validation: parity of the two runtimes needs no trained weights."""
+    import torch
+    from tiny_models import tiny_config
+
+    from seer_export.cli_export import main as export_main
+    from seer_export.random_checkpoint import write_random_checkpoint
+
+    root = tmp_path_factory.mktemp("anyres")
+    cfg = tiny_config(vocab=83, layers=2)  # the fixture tokenizer's vocabulary
+    assert cfg.image_aspect_ratio == "anyres_max_4"
+    write_random_checkpoint(root / "checkpoint", cfg, dtype=torch.float32, gain=3.0)
+    assert export_main(["--checkpoint", str(root / "checkpoint"), "--out", str(root / "engines"), "--no-validate"]) == 0
+    return root / "engines"
+
+
+def test_anyres_images_equal_python(lib, anyres_export, tmp_path):
+    """Grids from 1 x 1 to 6 x 3, crops above / below and left / right, maps shrunk past anyres_max_4."""
+    rng = np.random.default_rng(0)
+    sizes = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (16, 16), (40, 200)]
+    images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
+    conv = CppRequests(anyres_export)
+    fields = {"prompt": "count the shapes one by one .", "gen_length": 16, "steps": 16}
+    cpp_requests = [conv.convert({**fields, "image": im}, tmp_path / f"{i}.npy") for i, im in enumerate(images)]
+    assert len({tuple(r["image_grid"]) for r in cpp_requests}) >= 8
+    py = SeerPipeline.from_manifest(anyres_export)
+    python = py.generate([Request(fields["prompt"], im, gen_length=16, steps=16) for im in images])
+    with CppPipeline(lib, anyres_export, ort_library=ort_library()) as cpp:
+        assert_same(python, cpp.generate(cpp_requests))
+        no_grid = {k: v for k, v in cpp_requests[0].items() if k != "image_grid"}
+        assert "image_grid" in cpp.generate([no_grid])[0]["error"]
+    py.close()

@@ -9,11 +9,28 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backend.hpp"
 
 namespace seer {
+
+// Feature geometry of one anyres image under spatial_unpad merging (seer_trt.preprocess.anyres_layout).
+struct AnyresLayout {
+  int64_t side = 0;                                   // patches per tile side
+  int64_t top = 0, bottom = 0, left = 0, right = 0;   // the crop of the grid's patch map that unpadding keeps
+  int64_t height = 0, width = 0;                      // the kept map after anyres_max downsampling
+  int64_t tokens() const { return side * side + height * (width + 1); }
+};
+
+AnyresLayout anyres_layout(int64_t cols, int64_t rows, int64_t side, int64_t width, int64_t height,
+                           std::optional<int64_t> max_tiles);
+// [1 + cols * rows, T, D] tile features -> the image's [tokens, D] prompt features (seer_trt.embed.merge_anyres):
+// the base tile, then each row of the cropped (and bilinearly shrunk) patch map followed by image_newline.
+void merge_anyres(const uint8_t* features, const uint8_t* newline, const AnyresLayout& layout, int64_t cols,
+                  int64_t rows, int64_t d, const std::string& precision, uint8_t* dest);
 
 struct PromptEmbeds {
   std::vector<uint8_t> embeds;  // [P, D] in the graphs' precision
