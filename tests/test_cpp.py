@@ -254,6 +254,13 @@ def test_bad_folders_are_one_line_errors(cpp_build, lib, folder, tmp_path):
     assert out.returncode == 2 and "cannot load ONNX Runtime" in out.stderr, out.stderr
     with pytest.raises(ManifestError, match="unknown dispatch policy"):
         CppPipeline(lib, folder, ort_library=ort_library(), policy="fastest")
+    with pytest.raises(ManifestError, match="unknown provider 'rocm'; choose cpu, cuda or tensorrt"):
+        CppPipeline(lib, folder, ort_library=ort_library(), provider="rocm")
+    # the CPU wheel has no CUDA provider: an error naming the ones it has, never a silent run on the CPU
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "r.jsonl", *ort,
+                   "--provider", "cuda"])  # fmt: skip
+    assert out.returncode == 2 and re.search(r"offers [A-Za-z, ]*CPUExecutionProvider", out.stderr), out.stderr
+    assert "not CUDAExecutionProvider" in out.stderr
 
 
 def test_bad_requests_fail_alone(cpp_build, folder, cpp_requests, tmp_path):
@@ -363,3 +370,21 @@ def test_anyres_images_equal_python(lib, anyres_export, tmp_path):
         no_grid = {k: v for k, v in cpp_requests[0].items() if k != "image_grid"}
         assert "image_grid" in cpp.generate([no_grid])[0]["error"]
     py.close()
+
+
+def test_bench_cpp_times_equal_answers(cpp_build, folder):
+    """seer-bench --cpp's comparison (one short round): both runtimes answered alike, latencies and the time outside
+    the graphs reported for both."""
+    from seer_export.bench_cpp import cpp_vs_python, table
+
+    py = SeerPipeline.from_manifest(folder, threads=1)
+    report = cpp_vs_python(
+        py, folder, cpp_build / "libseer.so", (32,), prompts=3, rounds=1, threads=1, seed=5, progress=print
+    )
+    py.close()
+    row = report["32"]
+    assert row["answers_equal"] == 3 and row["python_over_cpp"]["rounds"] == 1
+    for key in ("latency_ms", "outside_graphs_ms"):
+        assert set(row[key]) == {"python", "cpp"} and all(v > 0 for v in row[key].values()), row[key]
+    assert row["outside_graphs_ms"]["cpp"] < row["latency_ms"]["cpp"]
+    assert "| 32 |" in table(report)
