@@ -21,7 +21,7 @@ import numpy as np
 from seer_trt.errors import ConfigError, ManifestError
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize", "graphs")
-ABI_VERSION = 1
+ABI_VERSION = 2
 _I64 = ctypes.POINTER(ctypes.c_int64)
 
 
@@ -41,6 +41,8 @@ class _Request(ctypes.Structure):
         ("window", ctypes.c_int64),
         ("no_seer", ctypes.c_int32),
         ("early_stop", ctypes.c_int32),
+        ("cache", ctypes.c_char_p),
+        ("refresh_interval", ctypes.c_int64),
     ]
 
 
@@ -56,6 +58,7 @@ class _Result(ctypes.Structure):
         ("seconds", ctypes.c_double * len(STAGES)),
         ("text", ctypes.c_char_p),
         ("error", ctypes.c_char_p),
+        ("refreshes", ctypes.c_int64),
     ]
 
 
@@ -108,7 +111,7 @@ class CppPipeline:
             library: ``libseer.so`` (or the loaded library).
             folder: the export folder.
             options: ``ort_library``, ``provider``, ``device_id``, ``threads``, ``policy``, ``tau_pad``, ``short``,
-                ``share_weights`` (``seer/seer_c.h``).
+                ``share_weights``, ``cache``, ``refresh_interval``, ``forecast_order`` (``seer/seer_c.h``).
 
         Raises:
             ManifestError: the C++ runtime refused to open the folder; its message says why.
@@ -125,7 +128,7 @@ class CppPipeline:
     def generate(self, requests: Sequence[Mapping[str, Any]], policy: str | None = None) -> list[dict[str, Any]]:
         """One result dict per request. A request: ``prompt_ids``, optional ``pixel_values`` (an array [tiles, 3,
         S, S] float32) or ``image_tiles`` (its .npy path), ``image_grid``, ``image_size``, ``gen_length``, ``steps``,
-        ``block_length``, ``window``, ``seer``, ``early_stop``."""
+        ``block_length``, ``window``, ``seer``, ``early_stop``, ``cache``, ``refresh_interval``."""
         keep: list[Any] = []  # arrays the C structs point into, alive through the call
         structs = (_Request * len(requests))()
         for c, r in zip(structs, requests, strict=True):
@@ -142,8 +145,9 @@ class CppPipeline:
                 c.pixel_values, c.tiles = pixels.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), len(pixels)
             c.grid_cols, c.grid_rows = r.get("image_grid") or (0, 0)
             c.image_width, c.image_height = r.get("image_size") or (0, 0)
-            for name in ("gen_length", "steps", "block_length", "window"):
+            for name in ("gen_length", "steps", "block_length", "window", "refresh_interval"):
                 setattr(c, name, r.get(name) or 0)
+            c.cache = None if r.get("cache") is None else str(r["cache"]).encode()
             c.no_seer, c.early_stop = not r.get("seer", True), bool(r.get("early_stop", False))
         out = self.lib.seer_generate(self.handle, structs, len(requests), policy.encode() if policy else None)
         if not out:
@@ -168,7 +172,7 @@ class CppPipeline:
 def _result(r: _Result) -> dict[str, Any]:
     if r.error:
         return {"text": "", "token_ids": [], "window": [], "kept": 0, "steps": 0, "gen_length": 0, "seconds": {},
-                "error": r.error.decode("utf-8", "replace")}  # fmt: skip
+                "error": r.error.decode("utf-8", "replace"), "refreshes": 0}  # fmt: skip
     return {
         "text": None if r.text is None else r.text.decode("utf-8", "replace"),
         "token_ids": r.token_ids[: r.num_tokens],
@@ -178,4 +182,5 @@ def _result(r: _Result) -> dict[str, Any]:
         "gen_length": r.gen_length,
         "seconds": dict(zip(STAGES, r.seconds, strict=True)),
         "error": None,
+        "refreshes": r.refreshes,
     }

@@ -3,10 +3,10 @@
 // In:  --engines DIR (a seer-export folder), --input requests.jsonl ('-': stdin), one JSON object per line:
 //      prompt_ids (chat-formatted, -200 where the image goes; seer-prompt-ids prints them), optional image_tiles
 //      (a .npy of float32 [tiles, 3, S, S]; seer-prompt-ids --tiles writes it), image_grid and image_size (anyres),
-//      gen_length, steps, block_length, window, seer, early_stop, and temperature 0 / remasking low_confidence /
-//      seed as seer-run takes them.
+//      gen_length, steps, block_length, window, seer, early_stop, cache, refresh_interval, and temperature 0 /
+//      remasking low_confidence / seed as seer-run takes them.
 // Out: one JSON result per line in --output (stdout by default), seer-run's fields (text, token_ids, window, kept,
-//      steps, gen_length, seconds, error); seconds also holds "graphs", the time inside ONNX Runtime. Exit status:
+//      steps, gen_length, seconds, error, refreshes); seconds also holds "graphs", the time inside ONNX Runtime. Exit status:
 //      0 every request answered, 1 some failed, 2 a bad invocation (one line on stderr).
 #include <cstdio>
 #include <cstring>
@@ -25,9 +25,11 @@ const char* const PROG = "seer_run";
 const char* const USAGE =
     "usage: seer_run --engines DIR --input FILE.jsonl [--output FILE.jsonl] [--no-seer] [--early-stop]\n"
     "                [--gen-length N] [--steps N] [--policy NAME] [--provider cpu|cuda|tensorrt] [--device-id N]\n"
-    "                [--threads N] [--ort-library PATH]\n"
+    "                [--threads N] [--cache none|reuse|forecast] [--refresh-interval R] [--forecast-order 1|2]\n"
+    "                [--ort-library PATH]\n"
     "Answer JSONL requests (prompt_ids, image_tiles) with the Seer pipeline over ONNX Runtime; seer-run's fields.\n"
     "  --policy       cost_model (default), hybrid, naive_pad, static, packed, per_request\n"
+    "  --cache        prompt K/V cache: none (default: the exact loop), reuse, forecast (refresh every R steps)\n"
     "  --ort-library  libonnxruntime.so to load (default: $SEER_ORT_LIBRARY, else the build's SDK)\n";
 
 struct Usage : std::runtime_error {
@@ -122,13 +124,20 @@ seer::Request parse_request(const json& data) {
       if (!v.is_null() && v != "low_confidence")
         throw seer::Error(seer::Error::Kind::Input, "remasking " + v.dump() + ": the C++ runtime remasks by "
                                                     "low_confidence; use seer-run for random remasking");
+    } else if (key == "cache") {
+      if (v.is_null()) continue;
+      if (!v.is_string())
+        throw seer::Error(seer::Error::Kind::Input, "cache is " + v.dump() + "; expected one of none, reuse, forecast");
+      r.cache = v.get<std::string>();
+    } else if (key == "refresh_interval") {
+      if (!v.is_null()) r.refresh_interval = whole(v, "refresh_interval");
     } else if (key == "seed") {
       whole(v, "seed");  // greedy decoding draws nothing
     } else {
       throw seer::Error(seer::Error::Kind::Input,
-                        "unknown request key '" + key + "'; expected a subset of block_length, early_stop, "
-                        "gen_length, image_grid, image_size, image_tiles, prompt_ids, remasking, seed, seer, steps, "
-                        "temperature, window (system and image: encode them with seer-prompt-ids)");
+                        "unknown request key '" + key + "'; expected a subset of block_length, cache, early_stop, "
+                        "gen_length, image_grid, image_size, image_tiles, prompt_ids, refresh_interval, remasking, "
+                        "seed, seer, steps, temperature, window (system and image: encode them with seer-prompt-ids)");
     }
   }
   return r;
@@ -139,7 +148,7 @@ nlohmann::ordered_json result_json(const seer::Result& r) {
   using ordered = nlohmann::ordered_json;
   if (!r.ok())
     return ordered{{"text", ""}, {"token_ids", ordered::array()}, {"window", ordered::array()}, {"kept", 0}, {"steps", 0},
-            {"gen_length", 0}, {"seconds", ordered::object()}, {"error", r.error}};
+            {"gen_length", 0}, {"seconds", ordered::object()}, {"error", r.error}, {"refreshes", 0}};
   const seer::Timings& t = r.seconds;
   return ordered{{"text", r.text ? ordered(*r.text) : ordered(nullptr)},
           {"token_ids", r.token_ids},
@@ -150,7 +159,8 @@ nlohmann::ordered_json result_json(const seer::Result& r) {
           {"seconds", ordered{{"preprocess", t.preprocess}, {"step_zero", t.step_zero}, {"boundary", t.boundary},
                        {"dispatch", t.dispatch}, {"packing", t.packing}, {"denoise", t.denoise},
                        {"detokenize", t.detokenize}, {"graphs", t.graphs}}},
-          {"error", nullptr}};
+          {"error", nullptr},
+          {"refreshes", r.refreshes}};
 }
 
 int run(int argc, char** argv) {
@@ -184,6 +194,9 @@ int run(int argc, char** argv) {
     else if (a == "--device-id") options.device_id = static_cast<int>(integer());
     else if (a == "--threads") options.threads = static_cast<int>(integer());
     else if (a == "--ort-library") options.ort_library = value();
+    else if (a == "--cache") options.cache = value();
+    else if (a == "--refresh-interval") options.refresh_interval = integer();
+    else if (a == "--forecast-order") options.forecast_order = integer();
     else if (a == "--no-seer") overrides["seer"] = false;
     else if (a == "--early-stop") overrides["early_stop"] = true;
     else if (a == "--gen-length") overrides["gen_length"] = integer();

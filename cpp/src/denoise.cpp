@@ -8,7 +8,8 @@ namespace seer {
 
 Denoised denoise(Backend& backend, const Manifest& manifest, Layout& layout, const Schedule& schedule,
                  const std::vector<int64_t>& rows, const std::optional<StepZeroPrediction>& step0,
-                 std::optional<int64_t> stop_id, std::atomic<int64_t>* clock) {
+                 std::optional<int64_t> stop_id, std::atomic<int64_t>* clock, const CacheSpec& cache_spec,
+                 const CacheConfig& cache) {
   const int64_t n = static_cast<int64_t>(rows.size()), width = layout.width, mask = manifest.special.mask_id;
   int64_t num_steps = 0;
   for (int64_t r : rows) num_steps = std::max(num_steps, schedule.steps[r]);
@@ -23,8 +24,10 @@ Denoised denoise(Backend& backend, const Manifest& manifest, Layout& layout, con
   call.input("position_ids", layout.position_ids.data(), "int64", {layout.batch, seq});
   call.output("x0", x0.data(), "int64", {layout.batch, layout.answer});
   call.output("confidence", confidence.data(), "float32", {layout.batch, layout.answer});
+  GroupCache kv(cache, cache_spec, fdtype, layout);
+  kv.bind_refresh(call);  // the call that computes the prompt: an empty cache in, (kept) present K/V out
 
-  Denoised out{std::vector<int64_t>(n * width, mask), std::vector<int64_t>(n, 0), width};
+  Denoised out{std::vector<int64_t>(n * width, mask), std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0), width};
   std::vector<int64_t>& x = out.tokens;
   std::vector<int64_t> stop(n, width);       // first committed stop id per row (width: none)
   std::vector<int64_t> candidates(width);    // eligible positions of one row, reused
@@ -50,7 +53,26 @@ Denoised denoise(Backend& backend, const Manifest& manifest, Layout& layout, con
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < width; ++j)
           if (layout.slot[i * width + j] >= 0) gen_ids[layout.slot[i * width + j]] = x[i * width + j];
-      call.run();
+      bool boundary = false;  // a live row's block changes at t: the cache is refreshed there
+      for (int64_t i = 0; i < n && t > 0; ++i) {
+        const int64_t* ends = schedule.block_end.data() + rows[i] * schedule.num_steps;
+        boundary |= live[i] && ends[t] != ends[t - 1];
+      }
+      if (kv.refresh_due(t, boundary)) {
+        call.run();
+        kv.store(t);
+        for (int64_t i = 0; i < n; ++i) out.refreshes[i] += live[i];
+      } else {  // only the answer positions, against the cached prompt K/V (the refresh's segment and position ids)
+        GraphCall cached = backend.call("denoise", clock);
+        cached.input("prefix_embeds", layout.prefix_embeds.data(), fdtype, {layout.batch, 0, manifest.hidden_size});
+        cached.input("gen_ids", gen_ids.data(), "int64", {layout.batch, layout.answer});
+        cached.input("segment_ids", layout.segment_ids.data(), "int32", {layout.batch, seq});
+        cached.input("position_ids", layout.position_ids.data(), "int64", {layout.batch, seq});
+        kv.bind_past(cached, t);
+        cached.output("x0", x0.data(), "int64", {layout.batch, layout.answer});
+        cached.output("confidence", confidence.data(), "float32", {layout.batch, layout.answer});
+        cached.run();
+      }
     }
     for (int64_t i = 0; i < n; ++i) {
       if (!live[i]) continue;

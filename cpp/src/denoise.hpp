@@ -7,7 +7,9 @@
 // ids suppressed in the graph); positions past the row's block are not eligible; each row commits its transfer[t]
 // most confident eligible positions (ties to the earlier position). With early stopping a row that has
 // committed <|eot_id|> commits only before its first one and is done when nothing before it is masked. The
-// buffers of a group are allocated once; a step rewrites gen_ids in place and calls the graph.
+// buffers of a group are allocated once; a step rewrites gen_ids in place and calls the graph. With a prompt
+// K/V cache (kv_cache.hpp) a step either computes the prompt (a refresh) or only the answer positions against
+// the cached prompt K/V; the policy decides per step, the loop is the same.
 #pragma once
 
 #include <atomic>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "kv_cache.hpp"
 #include "layout.hpp"
 #include "schedule.hpp"
 
@@ -30,11 +33,13 @@ struct StepZeroPrediction {
 struct Denoised {
   std::vector<int64_t> tokens;  // [n, width]
   std::vector<int64_t> steps;   // [n]
+  std::vector<int64_t> refreshes;  // [n] of those steps, the graph calls that computed the row's prompt
   int64_t width = 0;
 };
 
 Denoised denoise(Backend& backend, const Manifest& manifest, Layout& layout, const Schedule& schedule,
                  const std::vector<int64_t>& rows, const std::optional<StepZeroPrediction>& step0,
-                 std::optional<int64_t> stop_id, std::atomic<int64_t>* clock);
+                 std::optional<int64_t> stop_id, std::atomic<int64_t>* clock, const CacheSpec& cache_spec,
+                 const CacheConfig& cache = {});
 
 }  // namespace seer

@@ -3,8 +3,8 @@
 //     preprocess (embed.cpp) ─► step zero (step_zero.cpp) ─► boundary (boundary.cpp) ─► schedule (schedule.cpp)
 //     ─► dispatch (dispatch.cpp) ─► denoise (denoise.cpp, per group, in its layout.cpp layout) ─► detokenize
 //
-// Requests with the same generation settings, mode (Seer, padded, oracle window) and early stopping run
-// together, groups in the order of their first request, rows in request order: the same graph calls as the
+// Requests with the same generation settings, mode (Seer, padded, oracle window), early stopping and prompt K/V
+// cache policy run together, groups in the order of their first request, rows in request order: the same graph calls as the
 // Python runtime, so the same tokens. A bad request gets its error and the others complete. Sessions are shared
 // between threads; every buffer of a call belongs to that call.
 #include <algorithm>
@@ -44,7 +44,10 @@ struct Key {
   GenerationConfig gen;
   int mode;  // 0 seer, 1 full (padded baseline), 2 window
   bool early_stop;
-  bool operator==(const Key& o) const { return gen == o.gen && mode == o.mode && early_stop == o.early_stop; }
+  CacheConfig cache;
+  bool operator==(const Key& o) const {
+    return gen == o.gen && mode == o.mode && early_stop == o.early_stop && cache == o.cache;
+  }
 };
 
 }  // namespace
@@ -54,11 +57,14 @@ struct Pipeline::Impl {
   Options options;
   Manifest manifest;
   std::unique_ptr<Backend> backend;
+  CacheSpec cache_spec;  // the window graph's cache inputs (none in a 2.0 export)
+  CacheConfig cache;     // the policy of requests that choose none
   std::unique_ptr<Detokenizer> detokenizer;
   std::mutex cost_mutex;
   std::unique_ptr<CostModel> cost;  // measured on the first batch of several rows that needs it
 
   GenerationConfig generation(const Request& r) const;
+  CacheConfig cache_for(const Request& r) const;
   void run(const Key& key, const std::vector<const Request*>& requests, std::vector<Prepared>& rows,
            const std::string& policy, std::vector<Result>& results);
   void calibrate_costs();
@@ -96,6 +102,19 @@ GenerationConfig Pipeline::Impl::generation(const Request& r) const {
   return gen;
 }
 
+CacheConfig Pipeline::Impl::cache_for(const Request& r) const {
+  CacheConfig c = cache;
+  if (r.cache) c.mode = *r.cache;
+  if (r.refresh_interval) c.refresh = *r.refresh_interval;
+  try {
+    c.validate();
+    check_cache(c, cache_spec);
+  } catch (const Error& err) {
+    throw input_error(err.what());
+  }
+  return c;
+}
+
 void Pipeline::Impl::calibrate_costs() {
   const size_t row_bytes = manifest.hidden_size * element_size(manifest.precision);
   const Buckets& bk = manifest.buckets;
@@ -118,7 +137,7 @@ void Pipeline::Impl::calibrate_costs() {
     double fastest = 1e300;
     for (int k = 0; k <= CALIBRATION_REPEATS; ++k) {  // the first warms the session
       const auto start = Clock::now();
-      denoise(*backend, manifest, layout, one_step, rows, std::nullopt, std::nullopt, &clock);
+      denoise(*backend, manifest, layout, one_step, rows, std::nullopt, std::nullopt, &clock, cache_spec);
       if (k) fastest = std::min(fastest, since(start));
     }
     sizes.emplace_back(b, p + g);
@@ -143,7 +162,7 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
   StepZeroOut zero;
   if (key.mode == 0) {
     auto t0 = Clock::now();
-    zero = run_step_zero(*backend, manifest, prompts, n, &graph_ns);
+    zero = run_step_zero(*backend, manifest, prompts, n, &graph_ns, cache_spec);
     clock.step_zero = since(t0);
     t0 = Clock::now();
     kept = detect(zero.profile, count, n, manifest.seer);
@@ -159,7 +178,7 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
                                           options.short_rows, cost.get());
   clock.dispatch = since(t0);
   t0 = Clock::now();
-  std::vector<int64_t> tokens(count * n, special.mask_id), used(count, 0);
+  std::vector<int64_t> tokens(count * n, special.mask_id), used(count, 0), refreshes(count, 0);
   for (const Group& group : plan.groups) {
     std::vector<Prompt> members;
     std::vector<int64_t> member_kept;
@@ -180,11 +199,13 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
       step0 = StepZeroPrediction{x0.data(), confidence.data(), n};
     }
     const std::optional<int64_t> stop = key.early_stop ? std::optional<int64_t>(special.eot_id) : std::nullopt;
-    const Denoised out = denoise(*backend, manifest, layout, schedule, group.rows, step0, stop, &graph_ns);
+    const Denoised out =
+        denoise(*backend, manifest, layout, schedule, group.rows, step0, stop, &graph_ns, cache_spec, key.cache);
     for (size_t i = 0; i < group.rows.size(); ++i) {
       const int64_t r = group.rows[i];
       std::copy(out.tokens.begin() + i * out.width, out.tokens.begin() + (i + 1) * out.width, tokens.begin() + r * n);
       used[r] = out.steps[i];
+      refreshes[r] = out.refreshes[i];
     }
   }
   clock.denoise = since(t0) - clock.packing;
@@ -196,7 +217,7 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
     auto eot = std::find(res.window.begin(), res.window.end(), special.eot_id);
     res.token_ids.assign(res.window.begin(), eot);
     res.text = detokenizer->decode(res.token_ids);
-    res.kept = kept[i], res.steps = used[i], res.gen_length = n;
+    res.kept = kept[i], res.steps = used[i], res.gen_length = n, res.refreshes = refreshes[i];
   }
   clock.detokenize = since(t0);
   const double group_graphs = graph_ns.load() * 1e-9;
@@ -239,6 +260,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
     for (const auto& t : entry.inputs) inputs.push_back(t.name);
     for (const auto& t : entry.outputs) outputs.push_back(t.name);
     const auto& [want_in, want_out] = contract.at(g);
+    if (g == "denoise" && inputs.size() > want_in.size()) inputs.resize(want_in.size());  // then its cache (below)
     bool ok = inputs == want_in;
     for (const auto& o : want_out) ok &= std::find(outputs.begin(), outputs.end(), o) != outputs.end();
     if (!ok) {
@@ -249,6 +271,10 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
                            "reads; rebuild the C++ library from the seer-trt that exported the folder");
     }
   }
+  impl->cache_spec = cache_spec(m.graph("denoise"));
+  impl->cache = CacheConfig{options.cache, options.refresh_interval, options.forecast_order};
+  impl->cache.validate();
+  check_cache(impl->cache, impl->cache_spec);
   impl->backend = std::make_unique<Backend>(folder, m, options, graphs);
   impl->detokenizer = std::make_unique<Detokenizer>(folder + "/" + m.tokenizer + "/tokenizer.json");
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
@@ -269,7 +295,7 @@ std::vector<Result> Pipeline::generate(const std::vector<Request>& requests, con
     try {
       GenerationConfig gen = im.generation(r);
       PromptEmbeds prompt = embed_prompt(*im.backend, im.manifest, r, &graph_ns);
-      Key key{gen, r.window ? 2 : r.seer ? 0 : 1, r.early_stop};
+      Key key{gen, r.window ? 2 : r.seer ? 0 : 1, r.early_stop, im.cache_for(r)};
       auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
       if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
       it->second.push_back({i, std::move(prompt), since(start), graph_ns.load()});

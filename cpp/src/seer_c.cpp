@@ -77,9 +77,13 @@ seer_pipeline* seer_open(const char* folder, const char* const* keys, const char
       else if (k == "tau_pad") o.tau_pad = number(k, v);
       else if (k == "short") o.short_rows = static_cast<int>(whole(k, v));
       else if (k == "share_weights") o.share_weights = whole(k, v) != 0;
+      else if (k == "cache") o.cache = v;
+      else if (k == "refresh_interval") o.refresh_interval = whole(k, v);
+      else if (k == "forecast_order") o.forecast_order = whole(k, v);
       else
         throw seer::Error(seer::Error::Kind::Config, "unknown option '" + k + "'; expected ort_library, provider, "
-                                                     "device_id, threads, policy, tau_pad, short, share_weights");
+                                                     "device_id, threads, policy, tau_pad, short, share_weights, "
+                                                     "cache, refresh_interval, forecast_order");
     }
     return new seer_pipeline{seer::Pipeline::open(folder, o)};
   } catch (const std::exception& err) {
@@ -111,6 +115,8 @@ seer_results* seer_generate(seer_pipeline* pipeline, const seer_request* request
       if (c.window) r.window = c.window;
       r.seer = !c.no_seer;
       r.early_stop = c.early_stop != 0;
+      if (c.cache) r.cache = std::string(c.cache);
+      if (c.refresh_interval) r.refresh_interval = c.refresh_interval;
     }
     auto payload = std::make_unique<Payload>();
     payload->source = pipeline->pipeline->generate(batch, policy ? policy : "");
@@ -127,6 +133,7 @@ seer_results* seer_generate(seer_pipeline* pipeline, const seer_request* request
       std::memcpy(c.seconds, seconds, sizeof seconds);
       c.text = r.text ? r.text->c_str() : nullptr;
       c.error = r.ok() ? nullptr : r.error.c_str();
+      c.refreshes = r.refreshes;
     }
     Owned* owned = new Owned{{count, payload->items.data()}, payload.release()};
     return &owned->results;

@@ -5,7 +5,7 @@
 namespace seer {
 
 StepZeroOut run_step_zero(Backend& backend, const Manifest& manifest, const std::vector<Prompt>& prompts, int64_t n,
-                          std::atomic<int64_t>* clock) {
+                          std::atomic<int64_t>* clock, const CacheSpec& cache_spec) {
   const SeerConfig& seer = manifest.seer;
   const int64_t rows = static_cast<int64_t>(prompts.size()), chunk = manifest.buckets.batch.back();
   const size_t row_bytes = manifest.hidden_size * element_size(manifest.precision);
@@ -27,6 +27,8 @@ StepZeroOut run_step_zero(Backend& backend, const Manifest& manifest, const std:
     call.input("gen_ids", gen_ids.data(), "int64", {b, n});
     call.input("segment_ids", l.segment_ids.data(), "int32", {b, longest + n});
     call.input("position_ids", l.position_ids.data(), "int64", {b, longest + n});
+    NoCache none;  // the full-depth pass computes the prompt: an empty cache
+    if (seer.full_depth()) none.bind(call, cache_spec, manifest.precision, b);
     call.output(signal.c_str(), profile.data(), "float32", {b, n});
     if (seer.full_depth()) {
       call.output("x0", out.x0.data() + start * n, "int64", {b, n});

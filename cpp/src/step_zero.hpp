@@ -5,7 +5,8 @@
 // Out: the profile [B, N] the boundary rule reads; at full depth (end_token_prob) also step 0's x0 / confidence
 //      [B, N], which the denoising loop reuses as its own step 0.
 // An MLP statistic or a probe runs the early-exit step_zero graph (layers 0..k); the end-token signal runs the
-// one window graph denoise. Rows go in calls of at most the largest batch bucket, left-padded to the longest.
+// one window graph denoise (with an empty prompt K/V cache where it takes one). Rows go in calls of at most the
+// largest batch bucket, left-padded to the longest.
 #pragma once
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "kv_cache.hpp"
 #include "layout.hpp"
 
 namespace seer {
@@ -24,6 +26,6 @@ struct StepZeroOut {
 };
 
 StepZeroOut run_step_zero(Backend& backend, const Manifest& manifest, const std::vector<Prompt>& prompts, int64_t n,
-                          std::atomic<int64_t>* clock);
+                          std::atomic<int64_t>* clock, const CacheSpec& cache_spec);
 
 }  // namespace seer

@@ -43,6 +43,10 @@ struct Options {
   double tau_pad = 0.2;          // hybrid: padding share above which a group is packed
   int short_rows = 4;            // hybrid: rows with L* <= this are grouped apart (0: no such groups)
   bool share_weights = true;     // CPU: every session reads one memory map of weights.data
+  // the prompt K/V cache of requests that do not choose one (manifest schema 2.1 exports; docs/DESIGN.md §10):
+  std::string cache = "none";    // none (every step computes the prompt) | reuse | forecast (ResilPhase)
+  int64_t refresh_interval = 4;  // reuse / forecast: steps between prompt computations (and one at each block)
+  int64_t forecast_order = 1;    // forecast: Lagrange order, 1 or 2
 };
 
 // One question. Unset overrides take the export's generation defaults.
@@ -58,6 +62,8 @@ struct Request {
   std::optional<int64_t> window;     // cut the window to this length without step zero (the oracle)
   bool seer = true;                  // false: the padded baseline, every step over all N positions
   bool early_stop = false;           // LLaDA-V's stopping_criteria=['<|eot_id|>']
+  std::optional<std::string> cache;  // "none" | "reuse" | "forecast"; unset: Options::cache
+  std::optional<int64_t> refresh_interval;  // unset: Options::refresh_interval
 };
 
 // Seconds per stage; batched stages count the whole batch's time, as seer_trt's Result.seconds does.
@@ -75,6 +81,7 @@ struct Result {
   Timings seconds;
   std::optional<std::string> text; // the answer, special tokens dropped; none when the decoder is not readable
   std::string error;               // why this request failed ("" when it did not); the fields above are empty then
+  int64_t refreshes = 0;           // denoising steps that computed the prompt (every graph call under cache none)
   bool ok() const { return error.empty(); }
 };
 

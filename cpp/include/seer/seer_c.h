@@ -7,7 +7,7 @@
  *   seer_last_error(): this thread's last error, "" when none.
  *
  * Options are key/value strings: ort_library, provider (cpu | cuda | tensorrt), device_id, threads, policy,
- * tau_pad, short, share_weights (0 | 1). A zero-initialised seer_request takes the export's defaults with Seer on.
+ * tau_pad, short, share_weights (0 | 1), cache (none | reuse | forecast), refresh_interval, forecast_order. A zero-initialised seer_request takes the export's defaults with Seer on.
  * A pipeline may be used from several threads at once. */
 #ifndef SEER_C_H
 #define SEER_C_H
@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define SEER_C_ABI_VERSION 1
+#define SEER_C_ABI_VERSION 2 /* 2: the prompt K/V cache (seer_request.cache, seer_result.refreshes) */
 #define SEER_IMAGE_PLACEHOLDER (-200)
 
 typedef struct seer_pipeline seer_pipeline;
@@ -34,6 +34,8 @@ typedef struct {
   int64_t window;                          /* 0: none; else the oracle window, no step zero */
   int32_t no_seer;                         /* 1: the padded baseline */
   int32_t early_stop;                      /* 1: stop at <|eot_id|> (LLaDA-V's stopping criterion) */
+  const char* cache;                       /* "none" | "reuse" | "forecast"; NULL: the pipeline's */
+  int64_t refresh_interval;                /* 0: the pipeline's */
 } seer_request;
 
 enum {
@@ -50,6 +52,7 @@ typedef struct {
   double seconds[SEER_NUM_TIMINGS]; /* per stage; SEER_GRAPHS: of them, inside ONNX Runtime */
   const char* text;                 /* UTF-8 answer, NULL when the tokenizer's decoder is not readable in C++ */
   const char* error;                /* NULL when the request was answered */
+  int64_t refreshes;                /* denoising steps that computed the prompt */
 } seer_result;
 
 typedef struct {
