@@ -101,12 +101,13 @@ def py_requests(**mode) -> list[Request]:
 
 
 def assert_same(python, cpp_results) -> None:
-    """Every row: answer ids, kept window, L*, steps, N and text equal."""
+    """Every row: answer ids, kept window, L*, steps, N, text and prompt computations (refreshes) equal."""
     assert all(r.ok for r in python), [r.error for r in python if not r.ok]
     assert [r["error"] for r in cpp_results] == [None] * len(python)
     for i, (a, b) in enumerate(zip(python, cpp_results, strict=True)):
-        found = (b["token_ids"], b["window"], b["kept"], b["steps"], b["gen_length"], b["text"])
-        assert found == (list(a.token_ids), list(a.window), a.kept, a.steps, a.gen_length, a.text), f"row {i}"
+        found = (b["token_ids"], b["window"], b["kept"], b["steps"], b["gen_length"], b["text"], b["refreshes"])
+        want = (list(a.token_ids), list(a.window), a.kept, a.steps, a.gen_length, a.text, a.refreshes)
+        assert found == want, f"row {i}"
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +138,39 @@ MODES = {  # name: request fields (the padded baseline at a shorter window, to k
 def test_modes_equal_python(cpp, py, cpp_requests, mode):
     fields = MODES[mode]
     assert_same(py.generate(py_requests(**fields)), cpp.generate([{**r, **fields} for r in cpp_requests]))
+
+
+CACHES = {  # name: (request fields, dispatch policy); the C++ pipeline's forecast order is an option
+    "reuse R=2": ({"cache": "reuse", "refresh_interval": 2}, "cost_model"),
+    "reuse R=4 packed": ({"cache": "reuse", "refresh_interval": 4}, "packed"),
+    "forecast R=2": ({"cache": "forecast", "refresh_interval": 2}, "cost_model"),
+    "forecast R=4 static": ({"cache": "forecast"}, "static"),
+    "forecast R=3 naive_pad": ({"cache": "forecast", "refresh_interval": 3}, "naive_pad"),
+    "forecast R=2 early_stop": ({"cache": "forecast", "refresh_interval": 2, "early_stop": True}, "hybrid"),
+}
+
+
+@pytest.mark.parametrize("case", list(CACHES))
+def test_prompt_kv_cache_equals_python(cpp, py, cpp_requests, case):
+    """The prompt K/V cache (manifest 2.1): refreshes at the same steps, the same snapshots and forecast weights fed
+    between them, so the same tokens, under several dispatch layouts (padded, left-padded, packed)."""
+    fields, policy = CACHES[case]
+    python = py.generate(py_requests(**fields), policy=policy)
+    assert_same(python, cpp.generate([{**r, **fields} for r in cpp_requests], policy=policy))
+    assert 0 < sum(r.refreshes for r in python) < sum(r.steps for r in python)  # cached steps ran
+
+
+def test_forecast_of_order_two_and_batch_of_one_equal_python(lib, folder, cpp_requests):
+    """Three snapshots (forecast order 2, a pipeline option on both sides), one request at a time."""
+    from seer_trt.kv_cache import CacheConfig
+
+    py = SeerPipeline.from_manifest(folder, cache=CacheConfig(mode="forecast", refresh=2, order=2))
+    python = [py.generate(r)[0] for r in py_requests()[:20]]
+    py.close()
+    with CppPipeline(lib, folder, ort_library=ort_library(), cache="forecast", refresh_interval=2,
+                     forecast_order=2) as cpp:  # fmt: skip
+        assert_same(python, [cpp.generate([r])[0] for r in cpp_requests[:20]])
+    assert any(r.steps >= 6 for r in python)  # a third snapshot was taken and forecast from
 
 
 def calibrated_copy(src: Path, dst: Path, seer: SeerConfig) -> Path:
@@ -189,7 +223,9 @@ def test_cli_with_seer_prompt_ids_equals_seer_run(cpp_build, folder, tmp_path):
         if s.image is not None:
             Image.fromarray(s.image).save(tmp_path / f"{i}.png")
             line["image"] = str(tmp_path / f"{i}.png")
-        lines.append(json.dumps(line | ({"early_stop": True} if i % 3 == 0 else {})))
+        line |= {"early_stop": True} if i % 3 == 0 else {}
+        line |= {"cache": ["reuse", "forecast"][i % 2], "refresh_interval": 2} if i % 4 == 1 else {}
+        lines.append(json.dumps(line))
     (tmp_path / "requests.jsonl").write_text("\n".join(lines) + "\n")
     out = run_cli([sys.executable, "-m", "seer_trt.prompt_ids", "--engines", folder, "--input", tmp_path / "requests.jsonl",
                    "--output", tmp_path / "cpp.jsonl", "--tiles-dir", tmp_path / "tiles"])  # fmt: skip
@@ -230,6 +266,12 @@ def test_bad_folders_are_one_line_errors(cpp_build, lib, folder, tmp_path):
     del data["seer"]
     (d / "manifest.json").write_text(json.dumps(data))
     cases["key missing"] = (d, "lacks 'seer'")
+    d = broken_copy(folder, tmp_path / "cache-out-of-order")
+    data = json.loads((d / "manifest.json").read_text())
+    inputs = data["graphs"]["denoise"]["inputs"]
+    inputs[5], inputs[6] = inputs[6], inputs[5]  # past_key_values.0.value before .key
+    (d / "manifest.json").write_text(json.dumps(data))
+    cases["cache inputs out of order"] = (d, "hold past_key_values.0.value where past_key_values.0.key belongs")
     d = broken_copy(folder, tmp_path / "truncated-graph")
     graph = (d / "denoise.onnx").read_bytes()
     (d / "denoise.onnx").write_bytes(graph[: len(graph) // 2])
@@ -254,6 +296,10 @@ def test_bad_folders_are_one_line_errors(cpp_build, lib, folder, tmp_path):
     assert out.returncode == 2 and "cannot load ONNX Runtime" in out.stderr, out.stderr
     with pytest.raises(ManifestError, match="unknown dispatch policy"):
         CppPipeline(lib, folder, ort_library=ort_library(), policy="fastest")
+    with pytest.raises(ManifestError, match="cache policy 'lru' is not one of none, reuse, forecast"):
+        CppPipeline(lib, folder, ort_library=ort_library(), cache="lru")
+    with pytest.raises(ManifestError, match="forecast order 3 is not one of 1, 2"):
+        CppPipeline(lib, folder, ort_library=ort_library(), cache="forecast", forecast_order=3)
     with pytest.raises(ManifestError, match="unknown provider 'rocm'; choose cpu, cuda or tensorrt"):
         CppPipeline(lib, folder, ort_library=ort_library(), provider="rocm")
     # the CPU wheel has no CUDA provider: an error naming the ones it has, never a silent run on the CPU
@@ -286,6 +332,9 @@ def test_bad_requests_fail_alone(cpp_build, folder, cpp_requests, tmp_path):
         "blocks": ({**good, "block_length": 24}, "not a multiple of block_length"),
         "temperature": ({**good, "temperature": 0.7}, "greedily"),
         "string id": ({"prompt_ids": ["5"]}, "whole number"),
+        "unknown cache": ({**good, "cache": "bogus"}, "'bogus' is not one of none, reuse, forecast"),
+        "cache not text": ({**good, "cache": 3}, "expected one of none, reuse, forecast"),
+        "refresh interval 0": ({**good, "cache": "reuse", "refresh_interval": 0}, "expected a whole number of steps"),
     }
     lines = [json.dumps(good)] + [json.dumps(r) for r, _ in bad.values()] + ["{not json", "[1, 2]", json.dumps(good)]
     (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
@@ -388,3 +437,16 @@ def test_bench_cpp_times_equal_answers(cpp_build, folder):
         assert set(row[key]) == {"python", "cpp"} and all(v > 0 for v in row[key].values()), row[key]
     assert row["outside_graphs_ms"]["cpp"] < row["latency_ms"]["cpp"]
     assert "| 32 |" in table(report)
+
+
+def test_export_without_the_cache_refuses_a_cache_policy(lib, folder, tmp_path):
+    """A window graph without cache inputs (schema 2.0, before the prompt K/V cache) runs with cache none only: the
+    C++ runtime says so at open, as seer_trt.pipeline.check_cache does, before it loads a graph."""
+    d = broken_copy(folder, tmp_path / "schema-2.0")
+    data = json.loads((d / "manifest.json").read_text())
+    graph = data["graphs"]["denoise"]
+    graph["inputs"] = graph["inputs"][:4]  # prefix_embeds, gen_ids, segment_ids, position_ids
+    graph["outputs"] = [t for t in graph["outputs"] if not t["name"].startswith("present.")]
+    (d / "manifest.json").write_text(json.dumps({**data, "schema_version": "2.0"}))
+    with pytest.raises(ManifestError, match="takes no prompt K/V cache .exported before schema 2.1.; re-export"):
+        CppPipeline(lib, d, ort_library=ort_library(), cache="reuse")
