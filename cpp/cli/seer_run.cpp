@@ -29,7 +29,7 @@ const char* const USAGE =
     "                [--ort-library PATH]\n"
     "Answer JSONL requests (prompt_ids, image_tiles) with the Seer pipeline over ONNX Runtime; seer-run's fields.\n"
     "  --policy       cost_model (default), hybrid, naive_pad, static, packed, per_request\n"
-    "  --cache        prompt K/V cache: none (default: the exact loop), reuse, forecast (refresh every R steps)\n"
+    "  --cache        prompt K/V cache: none (the exact loop), reuse (default, R = 8), forecast\n"
     "  --ort-library  libonnxruntime.so to load (default: $SEER_ORT_LIBRARY, else the build's SDK)\n";
 
 struct Usage : std::runtime_error {

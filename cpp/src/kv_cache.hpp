@@ -25,9 +25,9 @@ namespace seer {
 
 constexpr double RESILPHASE_ALPHA = 0.55;  // steepness of the tanh phase map (seer_trt.kv_cache.CacheConfig.alpha)
 
-struct CacheConfig {
+struct CacheConfig {  // the defaults are the exact loop's; seer::Options holds the pipeline's default policy
   std::string mode = "none";  // none | reuse | forecast
-  int64_t refresh = 4;        // R: steps from one prompt computation to the next (and one at every block start)
+  int64_t refresh = 8;        // R: steps from one prompt computation to the next (and one at every block start)
   int64_t order = 1;          // forecast: Lagrange order (snapshots kept: order + 1)
   void validate() const;      // throws config_error
   int64_t snapshots() const { return mode == "forecast" ? order + 1 : 1; }
