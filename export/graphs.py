@@ -122,22 +122,36 @@ class StepZeroGraph(_Graph):
         return stat, probe_score(normalise(hidden[:, answer]), self.seer, weight)  # [B, G] float32
 
 
-class DenoiseGraph(_Graph):
+class _CachedGraph(_Graph):
+    """A window graph with the prompt K/V cache (``seer_trt.graphs.cache_specs``): after the four window inputs,
+    ``past_weights`` [M] and per layer the cached keys and values [M, B, H_kv, C, hd] (C may be 0); after its own
+    outputs, per layer the keys and values [B, H_kv, P, hd] of the prompt positions it computed (P may be 0)."""
+
+    def _logits(self, prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past):
+        pairs = list(zip(past[0::2], past[1::2], strict=True))  # (key, value) per layer
+        logits, present = self.llada.forward_cached(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights,
+                                                    pairs)  # fmt: skip
+        return logits, tuple(t for kv in present for t in kv)  # [B, G, V] answer positions only; key, value per layer
+
+
+class DenoiseGraph(_CachedGraph):
     """The one window graph: every denoising step, and step zero at full depth (end-token signal)."""
 
     def forward(
-        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        logits = self.llada(prefix_embeds, gen_ids, segment_ids, position_ids)  # [B, G, V], answer positions only
-        return greedy(logits, gen_ids, self.special)
+        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+        past_weights: torch.Tensor, *past: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        logits, present = self._logits(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past)
+        return *greedy(logits, gen_ids, self.special), *present
 
 
-class DenoiseLogitsGraph(_Graph):
+class DenoiseLogitsGraph(_CachedGraph):
     def forward(
-        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
-    ) -> torch.Tensor:
-        logits = self.llada(prefix_embeds, gen_ids, segment_ids, position_ids)
-        return suppress_masked(logits, gen_ids, self.special)  # [B, G, V] float32
+        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+        past_weights: torch.Tensor, *past: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        logits, present = self._logits(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past)
+        return suppress_masked(logits, gen_ids, self.special), *present  # [B, G, V] float32
 
 
 MODULES: dict[str, Callable[[LLaDAV, SpecialTokens, SeerConfig], _Graph]] = {

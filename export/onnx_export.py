@@ -69,7 +69,8 @@ from seer_trt.outfolder import check_target, is_collection, is_export, replace_f
 
 OPSETS = (20, 21, 22)  # 23 turns SDPA into the ONNX Attention op, poorly supported by ORT CPU / TensorRT (§11)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # required; special_tokens_map.json if present
-EXAMPLE_SIZES = {"batch": 2, "prompt": 11, "answer": 7, "tiles": 2, "tokens": 5}  # distinct, > 1: nothing specialises
+# distinct, > 1: nothing specialises (past and prompt may be 0 at run time: ONNX keeps no guards)
+EXAMPLE_SIZES = {"batch": 2, "prompt": 11, "answer": 7, "past": 13, "history": 3, "tiles": 2, "tokens": 5}
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 ORIGINAL_NAME = "pkg.torch.onnx.original_node_name"
 VOCAB_REDUCTIONS = (
@@ -176,6 +177,8 @@ def model_dims(cfg: LLaDAVConfig) -> dict[str, int]:
         "hidden": cfg.text.hidden_size,
         "vocab": cfg.text.vocab_size,
         "layers": cfg.text.num_hidden_layers,
+        "kv_heads": cfg.text.num_key_value_heads,
+        "head_dim": cfg.text.head_dim,
         "image_size": cfg.vision.image_size,
         "tile_tokens": cfg.vision.tokens_per_tile,
     }
@@ -206,7 +209,9 @@ def quiet_exporter(verbose: bool) -> Iterator[None]:
 
 def example_inputs(spec: GraphSpec, device: str | torch.device = "meta") -> tuple[torch.Tensor, ...]:
     """Inputs of ``spec``'s shapes at EXAMPLE_SIZES, on ``device`` (meta: shapes only)."""
-    sizes = {**EXAMPLE_SIZES, "seq": EXAMPLE_SIZES["prompt"] + EXAMPLE_SIZES["answer"]}
+    cached = any("past" in t.shape for t in spec.inputs)
+    seq = (EXAMPLE_SIZES["past"] if cached else 0) + EXAMPLE_SIZES["prompt"] + EXAMPLE_SIZES["answer"]
+    sizes = {**EXAMPLE_SIZES, "seq": seq}
     dtypes = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "int32": torch.int32}
     return tuple(
         torch.zeros([sizes[a] if isinstance(a, str) else a for a in t.shape], dtype=dtypes[t.dtype], device=device)
@@ -214,12 +219,20 @@ def example_inputs(spec: GraphSpec, device: str | torch.device = "meta") -> tupl
     )
 
 
-def dynamic_shapes(spec: GraphSpec) -> dict[str, dict[int, object]]:
-    """``torch.export`` dynamic shapes: one ``Dim`` per axis name; ``seq`` is derived (prompt + answer)."""
+def dynamic_shapes(spec: GraphSpec, module: torch.nn.Module) -> tuple:
+    """``torch.export`` dynamic shapes in the structure of ``module.forward``'s arguments (the cached graphs take
+    the per-layer K/V as one ``*past`` argument): one ``Dim`` per axis name; ``seq`` is derived."""
+    import inspect
+
     from torch.export import Dim
 
     dims = {name: Dim(name, min=1) for name in EXAMPLE_SIZES}
-    return {t.name: {i: (Dim.AUTO if a == "seq" else dims[a]) for i, a in t.dynamic_axes.items()} for t in spec.inputs}
+    shapes = [{i: (Dim.AUTO if a == "seq" else dims[a]) for i, a in t.dynamic_axes.items()} for t in spec.inputs]
+    params = inspect.signature(module.forward).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        fixed = sum(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+        return (*shapes[:fixed], tuple(shapes[fixed:]))
+    return tuple(shapes)
 
 
 def _read_weight(tensors: CheckpointTensors, key: str, dtype: torch.dtype, transpose: bool):
@@ -386,7 +399,7 @@ def export_graph(
             module,
             example_inputs(spec),
             dynamo=True,
-            dynamic_shapes=dynamic_shapes(spec),
+            dynamic_shapes=dynamic_shapes(spec, module),
             input_names=[t.name for t in spec.inputs],
             output_names=[t.name for t in spec.outputs],
             opset_version=opset,

@@ -7,9 +7,12 @@ Out: ``ParityReport`` (stored in the manifest): per graph, output and input case
      fixture prompts (answer tokens through the first ``<|eot_id|>``; the whole-window figure is stored beside
      it). A summary table is printed; ``--save-goldens`` writes Polygraphy JSON inputs and outputs.
 
-Cases for the four window graphs: one row; a left-padded batch whose rows keep different answer windows; a
+Cases for the window graphs: one row; a left-padded batch whose rows keep different answer windows; a
 batch of other lengths; and two rows packed into one sequence (segment ids 1 and 2, positions restarting),
-whose reference is the two rows run separately, so packing must not change a row's outputs. The reference
+whose reference is the two rows run separately, so packing must not change a row's outputs. Graphs with the
+prompt K/V cache get zero-length caches in those cases, and two cached steps: the left-padded batch and the packed
+rows with no prompt, two snapshots of their prompt K/V (from two answer states) weighted like a forecast, and a
+changed answer window. The reference
 is the fp32 PyTorch model with the graph's own module (``seer_export.graphs``) around it; float inputs are
 rounded to the graph's precision first, so fp16 rows measure the graph's arithmetic, not its inputs.
 """
@@ -17,6 +20,7 @@ rounded to the graph's precision first, so fp16 rows measure the graph's arithme
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +33,8 @@ from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import load_model
 from seer_trt.backend import OrtBackend
 from seer_trt.errors import ConfigError
-from seer_trt.graphs import TOKEN_AGREEMENT, GraphSpec, TensorSpec, tolerance
+from seer_trt.graphs import TOKEN_AGREEMENT, GraphSpec, TensorSpec, has_cache, past_names, present_names, tolerance
+from seer_trt.kv_cache import no_cache
 from seer_trt.layout import left_pad, window_layout
 from seer_trt.manifest import EndToEnd, Manifest, ParityReport, ParityRow
 
@@ -44,6 +49,7 @@ WINDOW_CASES = (
     ("b2 p5 g33", (5, 5), (33, 33), 33),
 )
 PACKED_CASE = ("packed 2 rows p8+5 g10+7", (8, 5), (10, 7))
+CACHED_WEIGHTS = (-0.25, 1.25)  # two snapshots combined as an order-1 forecast would (weights sum to 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +63,7 @@ class Case:
 def _torch_outputs(module: torch.nn.Module, spec: GraphSpec, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     args = []
     for t in spec.inputs:
-        a = torch.from_numpy(np.ascontiguousarray(feeds[t.name]))
+        a = torch.from_numpy(np.array(feeds[t.name]))  # a copy: feeds may be read-only (kv_cache.no_cache)
         args.append(a.float() if a.is_floating_point() else a)  # the fp32 reference on the rounded inputs
     with torch.no_grad():
         out = module(*args)
@@ -109,10 +115,10 @@ def make_cases(spec: GraphSpec, model: LLaDAV, manifest: Manifest, seed: int = 0
         """Where x0 differs, the reference tells whether it was a near-tie (see ``compare``)."""
         if logits_module is None:
             return None
-        args = [torch.from_numpy(np.ascontiguousarray(feeds[t.name])) for t in spec.inputs]
+        args = [torch.from_numpy(np.array(feeds[t.name])) for t in spec.inputs]
         with torch.no_grad():
-            logits = logits_module(*[a.float() if a.is_floating_point() else a for a in args])
-        return torch.softmax(logits, dim=-1).numpy()
+            out = logits_module(*[a.float() if a.is_floating_point() else a for a in args])
+        return torch.softmax(out[0] if isinstance(out, tuple) else out, dim=-1).numpy()
 
     vocab = manifest.model.vocab_size
     if spec.name == "embed":
@@ -125,23 +131,82 @@ def make_cases(spec: GraphSpec, model: LLaDAV, manifest: Manifest, seed: int = 0
     table = model.model.embed_tokens.weight.detach().float().numpy()  # prompts: embedded random ids
     all_masks = spec.name.startswith("step_zero")  # step zero sees an all-mask window
     mask_id = manifest.special_tokens.mask_id
+
+    def window(prompts: tuple[int, ...], kept: tuple[int, ...], g: int) -> dict[str, np.ndarray]:
+        feeds = _window_feeds(rng, table, prompts, kept, g, mask_id, all_masks, dtype)
+        return {**feeds, **no_cache(spec, len(prompts))}
+
     cases = []
     for name, prompts, kept, g in WINDOW_CASES:
-        feeds = _window_feeds(rng, table, prompts, kept, g, mask_id, all_masks, dtype)
+        feeds = window(prompts, kept, g)
         cases.append(Case(name, feeds, ref(feeds), probs(feeds)))
     name, prompts, answers = PACKED_CASE
-    rows = [
-        _window_feeds(rng, table, (p,), (a,), a, mask_id, all_masks, dtype)
-        for p, a in zip(prompts, answers, strict=True)
-    ]
-    singles = [ref(r) for r in rows]
-    reference = {
-        t.name: np.concatenate([s[t.name] for s in singles], axis=t.shape.index("answer")) for t in spec.outputs
-    }
-    row_probs = [probs(r) for r in rows]
-    packed_probs = None if logits_module is None else np.concatenate(row_probs, axis=1)
-    cases.append(Case(name, _pack(rows), reference, packed_probs))
+    rows = [window((p,), (a,), a) for p, a in zip(prompts, answers, strict=True)]
+    cases.append(_packed_case(name, spec, rows, ref, probs))
+    if has_cache(spec):
+        cases.append(
+            _cached_case("cached step, " + WINDOW_CASES[1][0], spec, [cases[1].feeds], ref, probs, rng, mask_id)
+        )
+        cases.append(_cached_case("cached step, " + name, spec, rows, ref, probs, rng, mask_id))
     return cases
+
+
+def _concat_outputs(spec: GraphSpec, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-row outputs as one packed call's: answer outputs along the answer axis, K/V along the prompt axis."""
+    return {
+        t.name: np.concatenate(
+            [p[t.name] for p in parts], axis=t.shape.index("answer" if "answer" in t.shape else "prompt")
+        )  # fmt: skip
+        for t in spec.outputs
+    }
+
+
+def _packed_case(name: str, spec: GraphSpec, rows: list[dict[str, np.ndarray]], ref, probs) -> Case:
+    """``rows`` (each a one-row call) packed into one sequence; the reference is each row run alone."""
+    row_probs = [probs(r) for r in rows]
+    packed_probs = None if row_probs[0] is None else np.concatenate(row_probs, axis=1)
+    packed = {**_pack(rows), **{k: v for k, v in rows[0].items() if k.startswith("past")}}  # empty caches
+    return Case(name, packed, _concat_outputs(spec, [ref(r) for r in rows]), packed_probs)
+
+
+def _cached_case(name: str, spec: GraphSpec, calls: list[dict[str, np.ndarray]], ref, probs,
+                 rng: np.random.Generator, mask_id: int) -> Case:  # fmt: skip
+    """A cached step after ``calls`` (one call, or one-row calls to pack): no prompt; per layer two snapshots of
+    the calls' prompt K/V (the reference's, at the calls' answer window and at a re-masked one) combined with
+    CACHED_WEIGHTS; the answer window changed again. Packed: the rows' snapshots side by side on the past axis."""
+    layers = len([t for t in spec.inputs if t.name.startswith("past_key_values.")]) // 2
+    dtypes = {t.name: t.dtype for t in spec.inputs}
+
+    def remask(gen: np.ndarray) -> np.ndarray:
+        return np.where(rng.random(gen.shape) < 0.3, mask_id, gen)
+
+    steps = []
+    for call in calls:
+        first = ref(call)
+        second = ref({**call, "gen_ids": remask(call["gen_ids"])})
+        past = {"past_weights": np.array(CACHED_WEIGHTS, dtype=np.float32)}
+        for i in range(layers):
+            for p_name, o_name in zip(past_names(i), present_names(i), strict=True):  # in the graph's precision
+                past[p_name] = np.stack([first[o_name], second[o_name]]).astype(dtypes[p_name])
+        empty = call["prefix_embeds"][:, :0]
+        steps.append({**call, **past, "prefix_embeds": empty, "gen_ids": remask(call["gen_ids"])})
+    if len(steps) == 1:
+        return Case(name, steps[0], ref(steps[0]), probs(steps[0]))
+    packed = _pack(steps)  # prompts are empty: segment and position ids of the answers only, then the past first
+    segment = np.concatenate([np.full(s["gen_ids"].shape[1], i + 1) for i, s in enumerate(steps)])
+    past_seg = np.concatenate([np.full(s["past_key_values.0.key"].shape[3], i + 1) for i, s in enumerate(steps)])
+    past_pos = np.concatenate([c["position_ids"][0, : s["past_key_values.0.key"].shape[3]]
+                               for c, s in zip(calls, steps, strict=True)])  # fmt: skip
+    answer_pos = np.concatenate([s["position_ids"][0, s["past_key_values.0.key"].shape[3] :] for s in steps])
+    packed["segment_ids"] = np.concatenate([past_seg, segment])[None].astype(np.int32)
+    packed["position_ids"] = np.concatenate([past_pos, answer_pos])[None].astype(np.int64)
+    packed["past_weights"] = steps[0]["past_weights"]
+    for t in spec.inputs:
+        if t.name.startswith("past_key_values."):
+            packed[t.name] = np.concatenate([s[t.name] for s in steps], axis=3)
+    row_probs = [probs(s) for s in steps]
+    packed_probs = None if row_probs[0] is None else np.concatenate(row_probs, axis=1)
+    return Case(name, packed, _concat_outputs(spec, [ref(s) for s in steps]), packed_probs)
 
 
 def compare(
@@ -186,19 +251,25 @@ def compare(
 
 
 def summary_table(rows: list[ParityRow], precision: str) -> str:
-    """One line per graph output: the worst case's figures."""
+    """One line per graph output (the per-layer K/V outputs of a cached graph as one line): the worst case's
+    figures."""
     lines = [
         "| graph | output | dtype | cases | max abs | max rel | agreement | tolerance | ok |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    keys = list(dict.fromkeys((r.graph, r.output) for r in rows))
-    for graph, output in keys:
-        group = [r for r in rows if (r.graph, r.output) == (graph, output)]
+
+    def output(r: ParityRow) -> str:
+        return re.sub(r"^present\.\d+\.", "present.*.", r.output)
+
+    keys = list(dict.fromkeys((r.graph, output(r)) for r in rows))
+    for graph, name in keys:
+        group = [r for r in rows if (r.graph, output(r)) == (graph, name)]
         kind = group[0].kind
         tol = (f"equal or p gap <= {group[0].atol:g}" if kind == "index"
                else f"atol {group[0].atol:g} rtol {group[0].rtol:g}")  # fmt: skip
+        cases = len({r.case for r in group})
         lines.append(
-            f"| {graph} | {output} | {precision} | {len(group)} | {max(r.max_abs for r in group):.2e} "
+            f"| {graph} | {name} | {precision} | {cases} | {max(r.max_abs for r in group):.2e} "
             f"| {max(r.max_rel for r in group):.2e} | {100 * min(r.agreement for r in group):.2f} % | {tol} "
             f"| {'yes' if all(r.passed for r in group) else 'NO'} |"
         )
@@ -248,7 +319,8 @@ def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path
     prefix, valid = enc.prefix(model, batch)
     ref, _ = seer_generate(model, prefix, valid, gen, manifest.special_tokens, seer)
     pipe = SeerPipeline(folder, manifest, OrtBackend(folder, manifest))
-    results = pipe.generate([Request(s.question, s.image, temperature=0.0, remasking="low_confidence") for s in batch])
+    results = pipe.generate([Request(s.question, s.image, temperature=0.0, remasking="low_confidence", cache="none")
+                             for s in batch])  # the exact loop: what seer_generate computes  # fmt: skip
     pipe.close()
     failed = [r.error for r in results if not r.ok]
     if failed:

@@ -260,7 +260,8 @@ def axis_sizes(spec: GraphSpec, feeds: Mapping[str, np.ndarray]) -> dict[str, in
     """Size of every named axis from the feeds; a missing input or a size that disagrees is an error."""
     missing = [t.name for t in spec.inputs if t.name not in feeds]
     if missing:
-        raise ConfigError(f"graph {spec.name!r}: inputs {missing} not fed; it takes {[t.name for t in spec.inputs]}")
+        raise ConfigError(f"graph {spec.name!r}: inputs {_short(missing)} not fed; it takes "
+                          f"{_short([t.name for t in spec.inputs])} (no cache: seer_trt.kv_cache.no_cache)")  # fmt: skip
     sizes: dict[str, int] = {}
     for t in spec.inputs:
         shape = np.shape(feeds[t.name])
@@ -275,8 +276,16 @@ def axis_sizes(spec: GraphSpec, feeds: Mapping[str, np.ndarray]) -> dict[str, in
                     f"graph {spec.name!r}: axis {axis!r} is {sizes[axis]} in one input, {size} in {t.name}"
                 )
     if "prompt" in sizes and "answer" in sizes:
-        sizes.setdefault("seq", sizes["prompt"] + sizes["answer"])
+        sizes.setdefault("seq", sizes.get("past", 0) + sizes["prompt"] + sizes["answer"])
     return sizes
+
+
+def _short(names: list[str]) -> list[str]:
+    """Names with the per-layer cache tensors folded: ``past_key_values.*.key/value (16)``."""
+    layered = [n for n in names if n.startswith("past_key_values.")]
+    if not layered:
+        return names
+    return [n for n in names if n not in layered] + [f"past_key_values.*.key/value ({len(layered)})"]
 
 
 def check_io(graph: str, spec: GraphSpec, sess) -> None:

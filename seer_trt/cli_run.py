@@ -2,7 +2,8 @@
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), one ``--prompt`` (with ``--image``) or ``--input FILE.jsonl``
      (one request object per line: ``prompt``, optional ``image`` path, ``system``, ``gen_length``, ``steps``,
-     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``early_stop``, ``window``, ``seed``), UTF-8.
+     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``early_stop``, ``window``, ``seed``, ``cache``,
+     ``refresh_interval``), UTF-8.
 Out: the answer text (or, with ``--json``, the whole result); with ``--input``, one JSON result per line in
      ``--output`` (stdout by default), a failed request (bad JSON, not UTF-8, a bad field or image) carrying its
      ``error`` while the others are answered. Exit status: 0 every request answered, 1 some failed (``--input``),
@@ -25,6 +26,7 @@ PROG = "seer-run"
 
 def build_parser() -> argparse.ArgumentParser:
     from seer_trt.dispatch import DEFAULT_POLICY, POLICIES
+    from seer_trt.kv_cache import CACHE_MODES, DEFAULT_CACHE
 
     ap = Parser(
         prog=PROG,
@@ -45,6 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--gen-length", type=int, help="answer window (default: the export's)")
     ap.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
     ap.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
+    ap.add_argument("--cache", choices=CACHE_MODES, default=DEFAULT_CACHE.mode,
+                    help=f"prompt K/V cache: none (every step computes the prompt: the exact loop), reuse (refresh every "
+                    f"--refresh-interval steps and at block starts, reuse in between) or forecast (ResilPhase "
+                    f"extrapolation between refreshes) (default: {DEFAULT_CACHE.mode})")  # fmt: skip
+    ap.add_argument("--refresh-interval", type=int, default=DEFAULT_CACHE.refresh,
+                    help=f"steps between exact prompt computations under --cache reuse/forecast (default: "
+                    f"{DEFAULT_CACHE.refresh})")  # fmt: skip
+    ap.add_argument("--forecast-order", type=int, default=DEFAULT_CACHE.order, choices=(1, 2),
+                    help=f"Lagrange order of --cache forecast (default: {DEFAULT_CACHE.order})")  # fmt: skip
     ap.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES,
                     help=f"how rows are batched (default: {DEFAULT_POLICY}, timed on the backend at first use)")  # fmt: skip
     ap.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "tensorrt", "tensorrt-rtx"),
@@ -98,6 +109,9 @@ def read_requests(path: Path, overrides: dict):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        import dataclasses
+
+        from seer_trt.kv_cache import DEFAULT_CACHE
         from seer_trt.pipeline import Request, Result, SeerPipeline
 
         overrides = {k: v for k, v in (("gen_length", args.gen_length), ("steps", args.steps),
@@ -108,9 +122,12 @@ def main(argv: list[str] | None = None) -> int:
             overrides["early_stop"] = True
         if args.input is not None and args.image is not None:
             raise InputError("--image goes with --prompt; in --input, give each request an 'image' path")
+        cache = dataclasses.replace(
+            DEFAULT_CACHE, mode=args.cache, refresh=args.refresh_interval, order=args.forecast_order
+        )  # a request's own "cache" keys override it
         pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
                                           threads=args.threads, policy=args.policy, verify=args.verify,
-                                          cuda_graphs=args.cuda_graphs)  # fmt: skip
+                                          cuda_graphs=args.cuda_graphs, cache=cache)  # fmt: skip
         try:  # the flags on their own, before any request: --temperature nan, --steps past --gen-length
             pipe.generation(Request("flags", **overrides))
         except InputError as err:

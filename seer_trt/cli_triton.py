@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--name", default="seer", help="the orchestrator's model name; components are NAME_GRAPH")
     ap.add_argument("--instances", type=int, default=2, help="orchestrator instances (default: 2)")
     ap.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads per cpu component (0: default)")
+    ap.add_argument("--cache", default="none", choices=("none", "reuse", "forecast"),
+                    help="the orchestrator's prompt K/V cache policy (default: none; its BLS calls move tensors "
+                    "through host memory)")  # fmt: skip
+    ap.add_argument("--refresh-interval", type=int, default=4, help="steps between prompt computations under "
+                    "--cache reuse/forecast (default: 4)")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="replace a repository seer-triton wrote at --out; a folder "
                     "holding anything else is never replaced")  # fmt: skip
     ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
@@ -42,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from seer_trt.kv_cache import CacheConfig
         from seer_trt.triton.repository import plan_repository, write_repository
 
-        plan = plan_repository(args.engines, args.flavour, args.name, args.instances, args.threads)
+        cache = CacheConfig(args.cache, args.refresh_interval)
+        plan = plan_repository(args.engines, args.flavour, args.name, args.instances, args.threads, cache)
         with signals_as_interrupts():
             out = write_repository(plan, args.out, args.force)
         for model in plan.models:

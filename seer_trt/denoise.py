@@ -16,6 +16,10 @@ With ``stop_id`` (LLaDA-V's ``stopping_criteria=['<|eot_id|>']``, the official d
 docs/DESIGN.md §3), a row that has committed ``stop_id`` may commit only before its first one, and is done when
 no position before it is masked; the loop ends when every row is done. A done row still rides along in its
 group's calls (its values do not change), so early stopping saves calls only once a whole group is done.
+
+With a prompt K/V cache (``seer_trt.kv_cache``, docs/DESIGN.md §10), a step either computes the prompt (a
+refresh; under ``--cache none`` every step) or only the answer positions against the cached prompt K/V; the
+policy decides per step, the loop itself is the same.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from seer_trt.backend import Backend
+from seer_trt.kv_cache import EXACT, CacheConfig, GroupCache
 from seer_trt.layout import Layout
 from seer_trt.schedule import Schedule
 
@@ -107,6 +112,8 @@ def commit_top_k(confidence: np.ndarray, k: np.ndarray) -> np.ndarray:
 class Denoised:
     tokens: np.ndarray  # [n, L_max] int64; mask_id past each row's window
     steps: np.ndarray  # [n] int64: steps in which the row still had a position to commit (<= its schedule's)
+    refreshes: np.ndarray  # [n] int64: of those, the graph calls that computed the row's prompt
+    kv_errors: tuple[tuple[float, float | None], ...] = ()  # the cache's drift gate: (reuse, forecast) per refresh
 
 
 def denoise(
@@ -117,6 +124,7 @@ def denoise(
     mask_id: int,
     step0: tuple[np.ndarray, np.ndarray] | None = None,
     stop_id: int | None = None,
+    cache: CacheConfig = EXACT,
 ) -> Denoised:
     """Denoise a group's answer windows.
 
@@ -128,6 +136,7 @@ def denoise(
         mask_id: the mask token id.
         step0: ([n, >= L_max] x0, confidence) of a full-depth step-zero pass, used as step 0 (greedy only).
         stop_id: early stopping at this token (``<|eot_id|>``); None runs every scheduled step.
+        cache: the prompt K/V cache policy (``none``: every step computes the prompt).
     """
     n, width = len(schedule.kept), int(schedule.kept.max())
     shape = (n, width)
@@ -138,6 +147,8 @@ def denoise(
     window = positions < schedule.kept[:, None]  # [n, L_max]
     stop = np.full(n, width)  # [n] first committed stop_id (width: none)
     used = np.zeros(n, dtype=np.int64)
+    refreshes = np.zeros(n, dtype=np.int64)
+    kv = GroupCache(cache, backend.spec(decoder.graph), layout)
     for t in range(schedule.num_steps):
         masked = x == mask_id
         open_ = masked & window & (positions < stop[:, None])  # positions this row may still commit
@@ -150,11 +161,17 @@ def denoise(
             conf = np.where(window, step0[1][:, :width], -np.inf)
         else:
             feeds["gen_ids"] = layout.gen_ids(x, mask_id)
-            x0, conf = decoder(backend.run(decoder.graph, feeds), layout, t, shape, mask_id)
+            boundary = t > 0 and bool((schedule.block_end[live, t] != schedule.block_end[live, t - 1]).any())
+            past, refresh = kv.plan(t, boundary)
+            out = backend.run(decoder.graph, {**feeds, **past})
+            if refresh:
+                kv.store(t, out)
+                refreshes += live
+            x0, conf = decoder(out, layout, t, shape, mask_id)
         eligible = open_ & live[:, None] & (positions < schedule.block_end[:, t, None])
         conf = np.where(eligible, conf.astype(np.float64), -np.inf)
         commit = commit_top_k(conf, schedule.transfer[:, t]) & eligible
         x = np.where(commit, x0, x)
         if stop_id is not None:
             stop = np.where(x == stop_id, positions, width).min(1)
-    return Denoised(x, used)
+    return Denoised(x, used, refreshes, tuple(kv.errors))

@@ -5,21 +5,31 @@ Out: one ``GraphSpec`` per graph; ``LengthBuckets`` (the length profiles engines
      tolerance table. The exporter, the manifest, the engine builder and the runtime all read these; nothing
      else spells a graph's I/O.
 
-Axes are symbolic names or fixed sizes. Dynamic axes: ``batch``, ``prompt`` (prompt embeddings), ``answer``
-(the answer window), ``seq`` (= prompt + answer), ``tiles`` (image tiles), ``tokens`` (ids to embed). Model
-axes (``hidden``, ``vocab``, ``layers``, ``image_size``, ``tile_tokens``) are fixed per model and resolved by
-``graph_specs``. ``float`` marks a tensor in the graph's precision (float32 or float16); statistics,
+Axes are symbolic names or fixed sizes. Dynamic axes: ``batch``, ``prompt`` (prompt embeddings computed in this
+call), ``answer`` (the answer window), ``past`` (cached prompt positions), ``history`` (cached K/V snapshots),
+``seq`` (= past + prompt + answer), ``tiles`` (image tiles), ``tokens`` (ids to embed). Model axes (``hidden``,
+``vocab``, ``layers``, ``kv_heads``, ``head_dim``, ``image_size``, ``tile_tokens``) are fixed per model and
+resolved by ``graph_specs``. ``float`` marks a tensor in the graph's precision (float32 or float16); statistics,
 probabilities and logits are float32 in every precision.
 
     prompt ids ──► embed ──┐
     pixel tiles ► vision ──┴► (runtime splices image features + newline) ► prefix_embeds [B, P, D]
     prefix_embeds, gen_ids, segment_ids, position_ids ─► step_zero      ─► sparsity (, probe_score) [B, G]
-                                                       ─► denoise        ─► x0, confidence, p_end [B, G]
+      (+ past_weights, past_key_values.{i}.key/value) ─► denoise        ─► x0, confidence, p_end [B, G]
+                                                                            (+ present.{i}.key/value)
                                                        ─► denoise_logits ─► logits (only with --sampling)
 
 ``step_zero`` is the early exit (embeddings + layers 0..k); ``denoise`` is the one full-depth window graph: every
 denoising step, and step zero itself when the calibration reads the end-token probability. Every graph of an
 export reads its weights from one shared file (``WEIGHTS_FILE``), each tensor stored once.
+
+The window graphs carry an optional prompt K/V cache (docs/DESIGN.md §5, §10), ONNX Runtime GenAI's
+``past_key_values`` convention with a short history in front: per layer i, ``past_key_values.{i}.key`` /
+``.value`` [history, B, kv_heads, past, head_dim] (keys after RoPE) and ``past_weights`` [history]; the graph
+attends to ``sum_m past_weights[m] * past[m]`` (reuse: one snapshot, weight 1; a forecast: its extrapolation
+weights) without forming that sum, and returns ``present.{i}.key`` / ``.value`` [B, kv_heads, prompt, head_dim],
+the K/V of the prompt positions it computed. ``past`` may be 0 (no cache: exactly the uncached graph) and
+``prompt`` may be 0 (a cached step: only the answer positions are computed).
 """
 
 from __future__ import annotations
@@ -36,8 +46,8 @@ Kind = Literal["value", "fraction", "index"]
 FLOAT = "float"  # the graph's precision, resolved by ``graph_specs``
 PRECISIONS = {"fp32": "float32", "fp16": "float16"}  # --dtype value -> numpy / manifest dtype name
 DTYPES = ("float32", "float16", "int64", "int32")
-DYNAMIC_AXES = ("batch", "prompt", "answer", "seq", "tiles", "tokens")
-MODEL_AXES = ("hidden", "vocab", "layers", "image_size", "tile_tokens")
+DYNAMIC_AXES = ("batch", "prompt", "answer", "past", "history", "seq", "tiles", "tokens")
+MODEL_AXES = ("hidden", "vocab", "layers", "kv_heads", "head_dim", "image_size", "tile_tokens")
 WEIGHTS_FILE = "weights.data"  # the one external-data file every graph of an export reads its tensors from
 
 
@@ -150,12 +160,40 @@ GRAPHS: dict[str, GraphSpec] = {
     )
 }
 GRAPH_NAMES = tuple(GRAPHS)
+CACHED_GRAPHS = ("denoise", "denoise_logits")  # the window graphs: they take and return prompt K/V
+PAST_WEIGHTS = TensorSpec("past_weights", "float32", ("history",))  # weight of each cached snapshot
+
+
+def past_names(layer: int) -> tuple[str, str]:
+    """The cached key and value inputs of decoder layer ``layer`` (ONNX Runtime GenAI's names)."""
+    return f"past_key_values.{layer}.key", f"past_key_values.{layer}.value"
+
+
+def present_names(layer: int) -> tuple[str, str]:
+    """The key and value outputs of decoder layer ``layer``: the prompt positions this call computed."""
+    return f"present.{layer}.key", f"present.{layer}.value"
+
+
+def cache_specs(layers: int) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """The cache inputs (``past_weights``, then key and value per layer) and outputs (key and value per layer)."""
+    past = ("history", "batch", "kv_heads", "past", "head_dim")
+    present = ("batch", "kv_heads", "prompt", "head_dim")
+    inputs = [PAST_WEIGHTS] + [TensorSpec(n, FLOAT, past) for i in range(layers) for n in past_names(i)]
+    outputs = [TensorSpec(n, FLOAT, present) for i in range(layers) for n in present_names(i)]
+    return tuple(inputs), tuple(outputs)
+
+
+def has_cache(spec: GraphSpec) -> bool:
+    """True when the graph takes cached prompt K/V (exports of manifest schema 2.1 on)."""
+    return any(t.name == PAST_WEIGHTS.name for t in spec.inputs)
+
+
 SERVING_GRAPHS = ("embed", "vision", "step_zero", "denoise")  # what seer-export writes by default
 SAMPLING_GRAPHS = ("denoise_logits",)  # added by seer-export --sampling (temperature > 0, random remasking)
 
 
 def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] = SERVING_GRAPHS,
-                probe: bool = False) -> dict[str, GraphSpec]:  # fmt: skip
+                probe: bool = False, cache: bool = True) -> dict[str, GraphSpec]:  # fmt: skip
     """Concrete specs of the graphs ``names`` for a model with ``dims`` exported in ``precision``.
 
     Args:
@@ -163,6 +201,7 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
         precision: "float32" or "float16".
         names: which graphs, in export order.
         probe: the calibration is a probe: ``step_zero`` also returns ``probe_score``.
+        cache: the window graphs (CACHED_GRAPHS) take and return prompt K/V (``cache_specs``).
     """
     missing = [a for a in MODEL_AXES if a not in dims]
     if missing:
@@ -172,7 +211,14 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
     unknown = [n for n in names if n not in GRAPHS]
     if unknown:
         raise ConfigError(f"unknown graph(s) {unknown}; choose from {GRAPH_NAMES}")
-    specs = {n: GRAPHS[n].resolve(precision, dims) for n in names}
+    specs = {n: GRAPHS[n] for n in names}
+    if cache:
+        extra_in, extra_out = cache_specs(dims["layers"])
+        for n in CACHED_GRAPHS:
+            if n in specs:
+                g = specs[n]
+                specs[n] = dataclasses.replace(g, inputs=g.inputs + extra_in, outputs=g.outputs + extra_out)
+    specs = {n: g.resolve(precision, dims) for n, g in specs.items()}
     if "step_zero" in specs and not probe:
         zero = specs["step_zero"]
         specs["step_zero"] = dataclasses.replace(

@@ -14,7 +14,9 @@ graphs read, ``seer_trt.integrity``), the image limits of ``VisionInfo`` and the
 profiles from (``EngineBuild``); absent from older manifests, read as none / the defaults. 2.0: one window graph
 (``denoise`` gained ``p_end``; ``step_zero_full`` is gone), ``step_zero`` may return ``probe_score``, every graph
 reads one shared weights file (``weights``), and the Seer calibration gained a probe signal and a detector: 1.x
-exports are refused.
+exports are refused. 2.1: the window graphs (``denoise``, ``denoise_logits``) take a prompt K/V cache
+(``past_weights``, ``past_key_values.{i}.key/value``) and return ``present.{i}.key/value``
+(``seer_trt.graphs.cache_specs``); a 2.0 export runs with cache "none" only.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from seer_trt.errors import ManifestError, SeerError
 from seer_trt.graphs import GraphSpec, LengthBuckets, TensorSpec
 from seer_trt.profiles import Profile
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
 WEIGHTS_INDEX = "weights.json"  # name -> where in the shared weights file, one line per tensor

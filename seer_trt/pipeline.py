@@ -33,6 +33,8 @@ from seer_trt.denoise import Greedy, Sampled, denoise
 from seer_trt.dispatch import DEFAULT_POLICY, CostModel, DispatchPlan, plan_dispatch
 from seer_trt.embed import Image, ImageLimits, PromptEmbeds, PromptEncoder
 from seer_trt.errors import ConfigError, InputError, SeerError, describe
+from seer_trt.graphs import has_cache
+from seer_trt.kv_cache import CACHE_MODES, DEFAULT_CACHE, CacheConfig
 from seer_trt.layout import left_pad, packed_layout, padded_layout
 from seer_trt.manifest import Manifest
 from seer_trt.schedule import Schedule, plan_schedule, select_rows
@@ -74,6 +76,8 @@ class Request:
     remasking: str | None = None  # "low_confidence" | "random"
     seer: bool = True  # False: the padded baseline, every step over all N positions
     early_stop: bool = False  # LLaDA-V's stopping_criteria=['<|eot_id|>']: stop once the answer before it is done
+    cache: str | CacheConfig | None = None  # prompt K/V cache: "none" | "reuse" | "forecast" or a whole policy
+    refresh_interval: int | None = None  # steps between prompt computations under a cache; None: the pipeline's
     window: int | None = None  # cut the window to this many positions without step zero (the oracle: true length)
     seed: int = 0  # sampling noise of this request (temperature > 0 or random remasking)
     system: str | None = None  # system message instead of the export's ("" for none); text, like the prompt
@@ -86,7 +90,7 @@ class Request:
         if self.image is not None and not isinstance(self.image, str | Path | bytes | bytearray | np.ndarray):
             raise InputError(f"image is a {type(self.image).__name__}; expected a file path, encoded bytes or an "
                              f"[H, W, 3] uint8 array")  # fmt: skip
-        for name in ("gen_length", "steps", "block_length", "window"):
+        for name in ("gen_length", "steps", "block_length", "window", "refresh_interval"):
             value = getattr(self, name)
             if value is not None and not _is_int(value):
                 raise InputError(f"{name} is {value!r}; expected a whole number")
@@ -97,6 +101,8 @@ class Request:
             raise InputError(f"temperature is {t!r}; expected a finite number >= 0 (0: greedy)")
         if self.remasking is not None and not isinstance(self.remasking, str):
             raise InputError(f"remasking is {self.remasking!r}; expected 'low_confidence' or 'random'")
+        if self.cache is not None and not isinstance(self.cache, CacheConfig) and self.cache not in CACHE_MODES:
+            raise InputError(f"cache is {self.cache!r}; expected one of {list(CACHE_MODES)} or a CacheConfig")
         for name in ("seer", "early_stop"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise InputError(f"{name} is {getattr(self, name)!r}; expected true or false")
@@ -123,6 +129,7 @@ class Result:
     gen_length: int  # N
     seconds: dict[str, float]  # per stage (STAGES); batched stages count the whole batch's time
     error: str | None = None  # why this request failed; the fields above are empty then
+    refreshes: int = 0  # denoising steps that computed the prompt (all of them under cache "none")
 
     @property
     def ok(self) -> bool:
@@ -140,6 +147,8 @@ class Result:
 class BatchOutput:
     results: tuple[Result, ...]  # one per request, in order
     plans: tuple[DispatchPlan, ...]  # one per group of requests sharing generation settings
+    # (reuse, forecast or None) relative K/V error a cache's drift gate measured at each refresh it checked
+    kv_errors: tuple[tuple[float, float | None], ...] = ()
 
 
 class SeerPipeline:
@@ -147,16 +156,18 @@ class SeerPipeline:
 
     def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = DEFAULT_POLICY,
                  tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None,
-                 seer: SeerConfig | None = None) -> None:  # fmt: skip
+                 seer: SeerConfig | None = None, cache: CacheConfig = DEFAULT_CACHE) -> None:  # fmt: skip
         """
         Args:
             image_limits: what an image may cost before it is decoded; None: the manifest's.
+            cache: the prompt K/V cache policy of requests that do not choose one (docs/DESIGN.md §10).
             seer: a detector other than the export's calibration (``manifest.seer``): the end-token signal at full
                 depth (every export's ``denoise`` returns ``p_end``), or other detector settings of the signal the
                 ``step_zero`` graph was exported for.
 
         Raises:
-            ConfigError: ``seer`` reads a signal the export's ``step_zero`` graph does not compute.
+            ConfigError: ``seer`` reads a signal the export's ``step_zero`` graph does not compute; a cache policy
+                other than none on an export whose window graph takes no cache.
         """
         self.folder = Path(folder)
         self.manifest = manifest
@@ -164,6 +175,7 @@ class SeerPipeline:
         self.backend = backend
         self.encoder = PromptEncoder(folder, manifest, backend, image_limits)
         self.policy = policy
+        self.cache = check_cache(cache, manifest)
         self.tau_pad = tau_pad
         self.short = short
         self.cost: CostModel | None = None  # measured on the first batch of several rows that needs it
@@ -186,7 +198,7 @@ class SeerPipeline:
             cuda_graphs: TensorRT: replay CUDA graphs for calls at a static bucket shape.
             share_weights: ONNX Runtime CPU: every session reads one memory map of the shared weights file
                 (``seer_trt.backend.OrtBackend``).
-            options: ``SeerPipeline`` options (policy, tau_pad, short, image_limits, seer).
+            options: ``SeerPipeline`` options (policy, tau_pad, short, image_limits, seer, cache).
 
         Raises:
             ManifestError: no manifest, a corrupt one, an unsupported schema, a graph file missing or (``verify``)
@@ -224,6 +236,21 @@ class SeerPipeline:
             raise InputError(f"gen_length {gen.gen_length} exceeds the largest answer bucket {largest}; ask for "
                              f"<= {largest} or re-export with larger buckets")  # fmt: skip
         return gen
+
+    def cache_for(self, request: Request) -> CacheConfig:
+        """The request's cache policy: its ``cache`` (a policy, or a mode over the pipeline's policy) and
+        ``refresh_interval`` over the pipeline's.
+
+        Raises:
+            InputError: a bad interval, or a cache on an export without one.
+        """
+        base = request.cache if isinstance(request.cache, CacheConfig) else self.cache
+        mode = None if isinstance(request.cache, CacheConfig) else request.cache
+        changes = {k: v for k, v in (("mode", mode), ("refresh", request.refresh_interval)) if v is not None}
+        try:
+            return check_cache(dataclasses.replace(base, **changes), self.manifest)
+        except ConfigError as err:
+            raise InputError(str(err)) from None
 
     def prepare(self, request: Request) -> tuple[GenerationConfig, PromptEmbeds]:
         """Settings and prompt embeddings of one request.
@@ -264,6 +291,7 @@ class SeerPipeline:
             try:
                 requests[i] = request = Request(request) if isinstance(request, str) else request
                 gen, prompt = self.prepare(request)
+                cache = self.cache_for(request)
             except SeerError as err:
                 results[i] = Result.failed(str(err))
                 continue
@@ -272,25 +300,29 @@ class SeerPipeline:
                                            f"{describe(err)}); the others are unaffected")  # fmt: skip
                 continue
             mode = "window" if request.window is not None else "seer" if request.seer else "full"
-            ready.setdefault((gen, mode, request.early_stop), []).append((i, prompt, time.perf_counter() - start))
-        plans = []
-        for (gen, mode, early_stop), rows in ready.items():
+            key = (gen, mode, request.early_stop, cache)
+            ready.setdefault(key, []).append((i, prompt, time.perf_counter() - start))
+        plans, errors = [], []
+        for (gen, mode, early_stop, cache), rows in ready.items():
             seeds = np.array([requests[i].seed for i, _, _ in rows], dtype=np.int64)
             windows = np.array([requests[i].window or gen.gen_length for i, _, _ in rows], dtype=np.int64)
-            out, plan = self._run(gen, mode, [p for _, p, _ in rows], seeds, windows, policy or self.policy,
-                                  early_stop)  # fmt: skip
+            out, plan, gated = self._run(gen, mode, [p for _, p, _ in rows], seeds, windows, policy or self.policy,
+                                         early_stop, cache)  # fmt: skip
             plans.append(plan)
+            errors += gated
             for (i, _, prep), result in zip(rows, out, strict=True):
                 results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds})
-        return BatchOutput(tuple(results), tuple(plans))
+        return BatchOutput(tuple(results), tuple(plans), tuple(errors))
 
     def _run(self, gen: GenerationConfig, mode: str, prompts: list[PromptEmbeds], seeds: np.ndarray,
-             windows: np.ndarray, policy: str, early_stop: bool = False) -> tuple[list[Result], DispatchPlan]:  # fmt: skip
+             windows: np.ndarray, policy: str, early_stop: bool = False,
+             cache: CacheConfig = DEFAULT_CACHE) -> tuple[list[Result], DispatchPlan, list]:  # fmt: skip
         """Step zero, boundary, dispatch, denoising and detokenizing of rows sharing ``gen``.
 
         ``mode``: "seer" (step zero and the boundary rule), "full" (the padded baseline) or "window" (each row
         cut to its ``windows`` entry, no step zero: the oracle when that is the true length). ``early_stop``:
-        every row stops once the answer before its first ``<|eot_id|>`` is complete.
+        every row stops once the answer before its first ``<|eot_id|>`` is complete. ``cache``: the prompt K/V
+        cache policy of the denoising loop. Also returns the K/V errors its drift gate measured.
         """
         special = self.manifest.special_tokens
         seer = self.seer
@@ -320,6 +352,8 @@ class SeerPipeline:
         t0 = time.perf_counter()
         tokens = np.full((len(prompts), n), special.mask_id, dtype=np.int64)
         used = np.zeros(len(prompts), dtype=np.int64)  # steps each row took part in
+        refreshes = np.zeros(len(prompts), dtype=np.int64)  # of those, the ones that computed the row's prompt
+        errors = []
         for group in plan.groups:
             rows = np.array(group.rows)
             members = [embeds[r] for r in rows]
@@ -330,17 +364,19 @@ class SeerPipeline:
             decoder = Greedy() if greedy else Sampled(gen.temperature, gen.remasking, seeds[rows])
             group_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
             out = denoise(self.backend, layout, select_rows(schedule, rows), decoder, special.mask_id, group_step0,
-                          special.eot_id if early_stop else None)  # fmt: skip
+                          special.eot_id if early_stop else None, cache)  # fmt: skip
             tokens[rows, : out.tokens.shape[1]] = out.tokens
             used[rows] = out.steps
+            refreshes[rows] = out.refreshes
+            errors += out.kv_errors
         clock["denoise"] = time.perf_counter() - t0 - clock["packing"]
         t0 = time.perf_counter()
         answers = [answer_ids(row[:k], special.eot_id) for row, k in zip(tokens, kept, strict=True)]
         texts = [self.encoder.tokenizer.decode(a, skip_special_tokens=True) for a in answers]
         clock["detokenize"] = time.perf_counter() - t0
-        results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock))
-                   for text, a, row, k, s in zip(texts, answers, tokens, kept, used, strict=True)]  # fmt: skip
-        return results, plan
+        results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock), refreshes=int(r))
+                   for text, a, row, k, s, r in zip(texts, answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
+        return results, plan, errors
 
     def _step_zero(self, embeds: list[np.ndarray], n: int) -> StepZeroOut:
         """Step zero for every row, in calls of at most the largest batch bucket."""
@@ -419,6 +455,20 @@ def check_seer(seer: SeerConfig, manifest: Manifest) -> SeerConfig:
             f"calibration"
         )
     return seer
+
+
+def check_cache(cache: CacheConfig, manifest: Manifest) -> CacheConfig:
+    """``cache`` if the export's window graph can run it (any export runs "none").
+
+    Raises:
+        ConfigError: a cache policy other than none, and a window graph exported without the cache (schema 2.0).
+    """
+    if not isinstance(cache, CacheConfig):
+        raise ConfigError(f"cache is a {type(cache).__name__}; expected a seer_trt.kv_cache.CacheConfig")
+    if cache.mode != "none" and "denoise" in manifest.graphs and not has_cache(manifest.graph("denoise").spec):
+        raise ConfigError(f"cache {cache.mode!r}: this export's denoise graph takes no prompt K/V cache (exported "
+                          f"before schema 2.1); re-export with seer-export, or use cache none")  # fmt: skip
+    return cache
 
 
 def answer_ids(row: np.ndarray, eot_id: int) -> list[int]:

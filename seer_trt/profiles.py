@@ -10,10 +10,16 @@ Out: ``ProfilePlan``: per graph its engine's ``Profile``s, each a min/opt/max ``
 Seer changes the answer window per group of rows, so by default every answer bucket B_i gets its own profile
 covering (B_{i-1}, B_i] with opt = B_i (static calls are padded up to B_i, the shape TensorRT should tune for);
 batch and prompt span 1 .. their largest bucket with opt at the middle bucket. ``seq`` is not planned: it is
-prompt + answer in every graph (``segment_ids`` [B, P + G]), so its range is the sum of theirs, which is also
-what TensorRT's shape checks demand of min, opt and max.
+past + prompt + answer in every graph (``segment_ids`` [B, C + P + G]), so its range is the sum of theirs, which is
+also what TensorRT's shape checks demand of min, opt and max.
 
     buckets answer (16, 32, 64)  ->  profile 0: answer 1..16 opt 16 | 1: 17..32 opt 32 | 2: 33..64 opt 64
+
+A window graph with the prompt K/V cache (``past`` and ``history`` axes, docs/DESIGN.md §10) is called in two
+shapes, so each of its answer ranges gets two profiles: one that computes the prompt (prompt 1..P, past 0, one
+snapshot: every step of the exact loop and the cache's refreshes) and one cached step (prompt 0, past 1..P, 1 ..
+MAX_SNAPSHOTS snapshots). A zero-length axis is an empty tensor, which TensorRT accepts when the profile's range
+includes 0.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from typing import Any
 from seer_trt.errors import ConfigError
 from seer_trt.graphs import LengthBuckets
 
-PLANNED_AXES = ("batch", "prompt", "answer", "tiles", "tokens")  # dynamic axes with ranges of their own
+PLANNED_AXES = ("batch", "prompt", "answer", "past", "history", "tiles", "tokens")  # dynamic axes with ranges
+MAX_SNAPSHOTS = 3  # cached K/V snapshots a cached step may take (seer_trt.kv_cache: forecast order 2)
 SPLIT_AXES = ("batch", "prompt", "answer")  # axes that can get one profile per bucket
 DEFAULT_SPLIT = ("answer",)
 
@@ -36,14 +43,14 @@ DEFAULT_SPLIT = ("answer",)
 class Range:
     """The sizes one dynamic axis takes under a profile."""
 
-    min: int  # smallest size accepted
+    min: int  # smallest size accepted (0: the tensor may be empty)
     opt: int  # the size TensorRT tunes its kernels for
     max: int  # largest size accepted
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min <= self.opt <= self.max:
+        if not 0 <= self.min <= self.opt <= self.max:
             raise ConfigError(f"profile range min {self.min} / opt {self.opt} / max {self.max}: expected "
-                              f"1 <= min <= opt <= max")  # fmt: skip
+                              f"0 <= min <= opt <= max")  # fmt: skip
 
     def __add__(self, other: Range) -> Range:
         return Range(self.min + other.min, self.opt + other.opt, self.max + other.max)
@@ -69,9 +76,10 @@ class Profile:
         return tuple(a for a, _ in self.ranges)
 
     def range(self, axis: str) -> Range:
-        """The range of ``axis``; ``seq`` is derived as prompt + answer."""
+        """The range of ``axis``; ``seq`` is derived as (past +) prompt + answer."""
         if axis == "seq":
-            return self.range("prompt") + self.range("answer")
+            seq = self.range("prompt") + self.range("answer")
+            return seq + self.range("past") if "past" in self.axes else seq
         for a, r in self.ranges:
             if a == axis:
                 return r
@@ -82,8 +90,9 @@ class Profile:
         return all(r.covers(sizes[a]) for a, r in self.ranges if a in sizes)
 
     def distance(self, sizes: Mapping[str, int]) -> float:
-        """How far a call's sizes lie from the shape TensorRT tuned for: sum of |log2(size / opt)|."""
-        return sum(abs(math.log2(sizes[a] / r.opt)) for a, r in self.ranges if a in sizes)
+        """How far a call's sizes lie from the shape TensorRT tuned for: sum of |log2(size / opt)| (an empty axis
+        counts as size 1/2)."""
+        return sum(abs(math.log2((sizes[a] or 0.5) / (r.opt or 0.5))) for a, r in self.ranges if a in sizes)
 
     def shapes(self, inputs: Sequence[tuple[str, tuple[str | int, ...]]]) -> dict[str, tuple[tuple[int, ...], ...]]:
         """(min, opt, max) shape per input, for ``IOptimizationProfile.set_shape``.
@@ -175,13 +184,21 @@ def plan_profiles(
         unknown = sorted(axes - set(PLANNED_AXES))
         if unknown:
             raise ConfigError(f"graph {graph!r} has dynamic axes {unknown} that no bucket plans ({PLANNED_AXES})")
+        cached = "past" in axes
         options = []
         for axis in (a for a in PLANNED_AXES if a in axes):
             if axis == "tiles":  # one image's tiles, or one tile each of up to a batch of images
-                options.append([(axis, Range(1, max_tiles, max(max_tiles, buckets.batch[-1])))])
-            else:
-                options.append([(axis, r) for r in _ranges(sources[axis], axis in split)])
-        graphs[graph] = tuple(Profile(tuple(combo)) for combo in itertools.product(*options))
+                options.append([((axis, Range(1, max_tiles, max(max_tiles, buckets.batch[-1]))),)])
+            elif axis == "prompt" and cached:  # the two call shapes of a cached window graph (see above)
+                prompts = _ranges(buckets.prompt, "prompt" in split)
+                options.append([((axis, r), ("past", Range(0, 0, 0)), ("history", Range(1, 1, 1))) for r in prompts]
+                               + [((axis, Range(0, 0, 0)), ("past", Range(max(1, r.min), r.opt, r.max)),
+                                   ("history", Range(1, 1, MAX_SNAPSHOTS))) for r in prompts])  # fmt: skip
+            elif axis not in ("past", "history"):
+                options.append([((axis, r),) for r in _ranges(sources[axis], axis in split)])
+        order = {a: i for i, a in enumerate(PLANNED_AXES)}
+        graphs[graph] = tuple(Profile(tuple(sorted((p for part in combo for p in part), key=lambda p: order[p[0]])))
+                              for combo in itertools.product(*options))  # fmt: skip
     return ProfilePlan(buckets, split, max_tiles, graphs)
 
 

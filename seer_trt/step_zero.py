@@ -18,6 +18,7 @@ import numpy as np
 
 from seer_trt.backend import Backend
 from seer_trt.config import SeerConfig
+from seer_trt.kv_cache import no_cache
 from seer_trt.layout import window_layout
 
 
@@ -52,7 +53,8 @@ def run_step_zero(backend: Backend, prefix: np.ndarray, valid: np.ndarray, n: in
         "segment_ids": segment_ids,
         "position_ids": position_ids,
     }
-    out = backend.run(step_zero_graph(seer), feeds)
+    graph = step_zero_graph(seer)
+    out = backend.run(graph, {**feeds, **no_cache(backend.spec(graph), batch)})  # the full-depth pass: no cache
     if seer.full_depth:
         return StepZeroOut(out["p_end"].copy(), out["x0"].copy(), out["confidence"].copy())
     profile = out["probe_score"] if seer.signal == "probe" else out["sparsity"]

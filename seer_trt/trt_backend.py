@@ -346,7 +346,7 @@ class TrtBackend:
         index = select_profile(engine.profiles, sizes, graph)
         ctx = self._context(graph, engine, index)
         outputs = self._outputs(graph, spec, engine)
-        static = all(sizes.get(a) in getattr(self._buckets, a) for a in WINDOW_AXES)
+        static = is_static(sizes, self._buckets)
         with ctx.lock:
             buffers = self._acquire(engine)
             try:
@@ -528,6 +528,12 @@ class TrtBackend:
             ctx.capturable = ctx.graph is not None
 
 
+def is_static(sizes: Mapping[str, int], buckets: LengthBuckets) -> bool:
+    """A call at a static bucket shape: prompt and answer sizes are buckets (a cached step's prompt is its past)."""
+    window = {**sizes, "prompt": sizes.get("past") or sizes.get("prompt")}
+    return all(window.get(a) in getattr(buckets, a) for a in WINDOW_AXES)
+
+
 def largest(shape: tuple[str | int, ...], profiles: tuple[Profile, ...]) -> int:
     """Elements of a tensor at its largest shape over ``profiles`` (fixed axes as they are)."""
     return max(int(np.prod([p.range(a).max if isinstance(a, str) else a for a in shape])) for p in profiles)
@@ -541,6 +547,6 @@ def buckets_of(build: EngineBuild) -> LengthBuckets:
         for profile in engine.profiles:
             for axis, r in profile.ranges:
                 if axis in sizes:
-                    sizes[axis].update((r.opt, r.max))
+                    sizes[axis].update(v for v in (r.opt, r.max) if v > 0)  # a cached profile's empty prompt
     default = LengthBuckets()
     return LengthBuckets(**{a: tuple(sorted(v)) or getattr(default, a) for a, v in sizes.items()})

@@ -140,7 +140,10 @@ def test_dry_run_prints_the_plan_and_builds_nothing(export_copy):
     before = (export_copy / MANIFEST_FILE).read_bytes()
     rc, out, err = cli("--engines", str(export_copy), "--dry-run", "--profiles", "answer=16,32,64", "split=answer")
     assert rc == 0, err
-    assert "denoise: 3 profile(s)" in out and "answer 33..64 (opt 64)" in out and "[3]" not in out.split("denoise:")[1]
+    denoise = out.split("denoise: 6 profile(s)")[1]  # each answer range computing the prompt, then a cached step
+    assert "answer 33..64 (opt 64)" in out and "[6]" not in denoise
+    assert "[2] batch 1..16 (opt 4), prompt 1..512 (opt 128), answer 33..64 (opt 64), past 0..0 (opt 0)" in denoise
+    assert "[5] batch 1..16 (opt 4), prompt 0..0 (opt 0), answer 33..64 (opt 64), past 1..512 (opt 128), " in denoise
     assert "vision: 1 profile(s)" in out and "tiles 1..16 (opt 1)" in out
     assert (export_copy / MANIFEST_FILE).read_bytes() == before
     assert not (export_copy / "tensorrt").exists()
@@ -150,7 +153,10 @@ def test_plan_build_uses_the_manifest_buckets(export_copy):
     manifest = Manifest.read(export_copy)
     plan = plan_build(manifest, BuildOptions(export_copy))
     assert set(plan.graphs) == set(manifest.graphs)
-    assert [p.range("answer").max for p in plan.profiles("denoise")] == list(manifest.buckets.answer)
+    answers = list(manifest.buckets.answer)  # computing the prompt, then cached steps over the cached length
+    assert [p.range("answer").max for p in plan.profiles("denoise")] == answers + answers
+    assert [p.range("past").max for p in plan.profiles("denoise")] == [0] * len(answers) + [
+        manifest.buckets.prompt[-1]] * len(answers)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ from seer_export.seer import seer_generate, step_zero
 from seer_trt.backend import OrtBackend
 from seer_trt.config import GenerationConfig, SeerConfig
 from seer_trt.graphs import SERVING_GRAPHS, TOLERANCES, WEIGHTS_FILE
+from seer_trt.kv_cache import no_cache
 from seer_trt.layout import left_pad
 from seer_trt.layout import window_layout as np_window_layout
 from seer_trt.manifest import Manifest
@@ -44,12 +45,14 @@ SHAPES = [((6,), (9,), 9), ((10, 3, 7), (12, 5, 12), 12), ((4, 4), (21, 21), 21)
 
 
 class Graphs:
-    """The backend with copied outputs: it reuses its output buffers between calls of one shape."""
+    """The backend with copied outputs (it reuses its output buffers between calls of one shape), fed an empty
+    prompt K/V cache where a graph takes one (the uncached call)."""
 
     def __init__(self, backend: OrtBackend) -> None:
         self.backend = backend
 
     def run(self, name: str, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        feeds = {**no_cache(self.backend.spec(name), feeds["gen_ids"].shape[0]), **feeds}
         return {k: v.copy() for k, v in self.backend.run(name, feeds).items()}
 
 
@@ -148,7 +151,9 @@ def test_goldens_load_with_polygraphy(fixture_export):
     results = RunResults.load(str(out / "goldens" / "denoise.outputs.json"))
     assert len(feeds) == len(results["pytorch"]) >= 4
     assert set(feeds[0]) == {t.name for t in manifest.graph("denoise").spec.inputs}
-    assert set(results["pytorch"][0].keys()) == {"x0", "confidence", "p_end"}
+    layers = manifest.model.num_layers
+    present = {f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")}  # the prompt K/V it computed
+    assert set(results["pytorch"][0].keys()) == {"x0", "confidence", "p_end"} | present
 
 
 # --- the graphs against the reference code paths -----------------------------------------------------------------
@@ -256,7 +261,8 @@ def test_step_zero_graph_stops_at_the_probe_layer(fixture_export):
     matmuls = sum(n.op_type == "MatMul" for n in model.graph.node)
     assert matmuls <= 9 * (k + 1) + 1  # q, k, v, o, QK^T, AV, gate, up, down per layer, the probe; no head
     full = onnx.load(str(out / "denoise.onnx"), load_external_data=False)
-    assert sum(n.op_type == "MatMul" for n in full.graph.node) == 9 * manifest.model.num_layers + 1
+    # per layer also the scores against the cached keys and their output over the cached values; then the head
+    assert sum(n.op_type == "MatMul" for n in full.graph.node) == 11 * manifest.model.num_layers + 1
 
 
 def _stored_tensors(folder: Path) -> list[tuple[str, str, bytes]]:
@@ -328,7 +334,10 @@ def test_fp16_graphs_keep_statistics_in_fp32(fixture_fp16):
     assert {n.op_type for n in over_vocab} == {"ReduceMax", "ReduceSum", "ArgMax"}  # the one log-sum-exp, argmax
     assert all(n.inputs[0].dtype == ir.DataType.FLOAT for n in over_vocab)
     assert not [n for n in denoise.graph.all_nodes() if n.op_type == "Softmax" and n.outputs[0].shape[-1] == vocab]
-    assert [v.dtype for v in denoise.graph.outputs] == [ir.DataType.INT64, ir.DataType.FLOAT, ir.DataType.FLOAT]
+    cached = [ir.DataType.FLOAT16] * 2 * manifest.model.num_layers  # the prompt K/V in the graph's precision
+    assert [v.dtype for v in denoise.graph.outputs] == [ir.DataType.INT64, ir.DataType.FLOAT, ir.DataType.FLOAT,
+                                                        *cached]  # fmt: skip
+    assert [v.dtype for v in denoise.graph.inputs][4:] == [ir.DataType.FLOAT] + cached  # past_weights in fp32
 
 
 def test_graphs_of_another_opset_share_one_weights_file(random_checkpoint, tmp_path):

@@ -40,7 +40,7 @@ from seer_trt.manifest import (
     write_weights_index,
 )
 
-DIMS = {"hidden": 128, "vocab": 103, "layers": 8, "image_size": 32, "tile_tokens": 16}
+DIMS = {"hidden": 128, "vocab": 103, "layers": 8, "kv_heads": 4, "head_dim": 32, "image_size": 32, "tile_tokens": 16}
 
 
 def make_manifest(precision: str = "float16") -> Manifest:
@@ -144,7 +144,7 @@ def test_round_trip_through_json(tmp_path: Path):
     path = manifest.write(tmp_path)
     assert path.name == MANIFEST_FILE
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == "2.0"
+    assert data["schema_version"] == SCHEMA_VERSION == "2.1"
     assert data["graphs"]["denoise"]["inputs"][2] == {
         "name": "segment_ids", "dtype": "int32", "shape": ["batch", "seq"], "kind": "value"
     }  # fmt: skip

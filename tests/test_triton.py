@@ -75,11 +75,23 @@ def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_e
     assert json.loads(pbtxt.parameters(seer)["components"]) == {g: f"seer_{g}" for g in graphs}
     hidden = manifest.model.hidden_size
     denoise = found["seer_denoise"]
+    layers, heads = manifest.model.num_layers, manifest.model.num_heads
+    head_dim = hidden // heads
+    past = [
+        (f"past_key_values.{i}.{kv}", "TYPE_FP32", [-1, -1, heads, -1, head_dim])
+        for i in range(layers)
+        for kv in ("key", "value")
+    ]  # [history, batch, heads, past, head_dim]
     assert io_of(denoise, "input") == [("prefix_embeds", "TYPE_FP32", [-1, -1, hidden]),
                                        ("gen_ids", "TYPE_INT64", [-1, -1]), ("segment_ids", "TYPE_INT32", [-1, -1]),
-                                       ("position_ids", "TYPE_INT64", [-1, -1])]  # fmt: skip
+                                       ("position_ids", "TYPE_INT64", [-1, -1]), ("past_weights", "TYPE_FP32", [-1]),
+                                       *past]  # fmt: skip
+    present = [
+        (f"present.{i}.{kv}", "TYPE_FP32", [-1, heads, -1, head_dim]) for i in range(layers) for kv in ("key", "value")
+    ]  # [batch, heads, prompt, head_dim]
     assert io_of(denoise, "output") == [("x0", "TYPE_INT64", [-1, -1]), ("confidence", "TYPE_FP32", [-1, -1]),
-                                        ("p_end", "TYPE_FP32", [-1, -1])]  # fmt: skip
+                                        ("p_end", "TYPE_FP32", [-1, -1]), *present]  # fmt: skip
+    assert json.loads(pbtxt.parameters(seer)["cache"])["mode"] == "none"
     assert io_of(found["seer_vision"], "input") == [("pixel_values", "TYPE_FP32", [-1, 3, 32, 32])]
     assert denoise.backend == "python" and pbtxt.parameters(denoise)["model_file"] == "denoise.onnx"
     assert (cpu_repo / "seer_denoise" / "1" / "denoise.onnx").is_file()
@@ -141,7 +153,7 @@ def test_gpu_flavour_reads_the_profiles_seer_build_recorded(fixture_export, tmp_
     shutil.copytree(folder, export)
     spec = manifest.graph("denoise").spec
     profiles = plan_profiles({"denoise": [(t.name, t.shape) for t in spec.inputs]}, manifest.buckets).graphs["denoise"]
-    assert len(profiles) == len(manifest.buckets.answer) > 1  # one per answer bucket
+    assert len(profiles) == 2 * len(manifest.buckets.answer) > 2  # per answer bucket: computing the prompt, cached
     (export / "denoise.plan").write_bytes(b"plan")
     plan = EngineFile("denoise.plan", "0" * 64, profiles, 4, 1.0)
     builds = {b: EngineBuild(b, "11.0", "", "", None, "2026-11-30T00:00:00Z", {"denoise": plan})
@@ -287,8 +299,20 @@ def expected(fixture_export, tmp_path_factory) -> list[dict]:
             request["gen_length"] = case.gen_length
         lines.append(json.dumps(request))
     (folder / "in.jsonl").write_text("\n".join(lines) + "\n")
-    rc, _, err = cli(run_main, ["--engines", str(fixture_export[0]), "--input", str(folder / "in.jsonl"),
-                                "--output", str(folder / "out.jsonl")])  # fmt: skip
+    rc, _, err = cli(
+        run_main,
+        [
+            "--engines",
+            str(fixture_export[0]),
+            "--input",
+            str(folder / "in.jsonl"),
+            "--output",
+            str(folder / "out.jsonl"),
+            "--cache",
+            "none",
+        ],
+    )  # the repository's cache
+    # fmt: skip
     assert rc == 0 and f"{len(CASES)} answered, 0 failed" in err, err
     return [json.loads(line) for line in (folder / "out.jsonl").read_text().splitlines()]
 

@@ -7,9 +7,19 @@ Out: final hidden states [B, S, D] (``model.norm`` applied); ``lm_head`` lives o
 A Llama block with bidirectional attention: RMSNorm (in fp32), RoPE, multi-head attention, SwiGLU MLP.
 Names: ``embed_tokens``, ``layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
 mlp.{gate,up,down}_proj}``, ``norm``.
+
+A prompt K/V cache (docs/DESIGN.md §10) adds a second attention path, ``forward_cached``: the keys and values of
+``past`` positions come from M cached snapshots combined with weights w (reuse: M = 1, w = 1; a forecast: its
+extrapolation weights). The combination is never formed: scores against the past are ``sum_m w_m q K_m^T`` and
+their output ``sum_m w_m P V_m``, so each snapshot is read once and nothing the size of the cache is written.
+
+    queries (this call) ─► [ scores vs past (weighted over snapshots) | scores vs this call's keys ] ─► mask
+                        ─► one softmax ─► sum_m w_m P_past V_m + P_now V_now
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -44,14 +54,19 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def attention_mask(segment_ids: torch.Tensor) -> torch.Tensor:
-    """Boolean [B, 1, S, S]: query i may attend key j iff both carry the same non-zero segment id.
+def attention_mask(segment_ids: torch.Tensor, past: int = 0) -> torch.Tensor:
+    """Boolean [B, 1, S, past + S]: query i (the last S positions) may attend key j (all past + S) iff both carry
+    the same non-zero segment id.
 
     A padding query (segment 0) may attend itself only, so its softmax has one finite entry instead of NaN.
+    ``segment_ids`` [B, past + S] covers the cached positions first, then this call's.
     """
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]  # [B, S, S]
-    valid = (segment_ids != 0)[:, :, None]
-    eye = torch.eye(segment_ids.shape[1], dtype=torch.bool, device=segment_ids.device)
+    queries = segment_ids[:, past:]  # [B, S]
+    same = queries[:, :, None] == segment_ids[:, None, :]  # [B, S, past + S]
+    valid = (queries != 0)[:, :, None]
+    s = queries.shape[1]
+    keys = torch.arange(segment_ids.shape[1], device=segment_ids.device)
+    eye = keys[None, :] == torch.arange(s, device=segment_ids.device)[:, None] + past  # [S, past + S]
     return ((same & valid) | eye)[:, None]
 
 
@@ -65,17 +80,43 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q [B, H, S, hd], k and v [B, H_kv, S, hd], q and k after RoPE."""
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)  # [B, H, S, hd]
+        q = self.q_proj(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-        if self.kv_heads != self.heads:
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # bidirectional: no causal mask
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+    def _heads(self, kv: torch.Tensor) -> torch.Tensor:
+        """K or V with the query heads' count along axis -3 (grouped-query attention repeats each K/V head)."""
+        return kv if self.kv_heads == self.heads else kv.repeat_interleave(self.heads // self.kv_heads, dim=-3)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = self.project(x, cos, sin)
+        out = F.scaled_dot_product_attention(q, self._heads(k), self._heads(v), attn_mask=mask)  # bidirectional
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+
+    def forward_cached(
+        self, x: torch.Tensor, mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, past_k: torch.Tensor,
+        past_v: torch.Tensor, weights: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Attention of this call's S positions over cached ``past_k`` / ``past_v`` [M, B, H_kv, C, hd] (combined
+        with ``weights`` [M]) and over themselves; ``mask`` [B, 1, S, C + S]. Returns the output [B, S, D] and this
+        call's k, v [B, H_kv, S, hd] (k after RoPE)."""
+        b, s, _ = x.shape
+        q, k, v = self.project(x, cos, sin)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        w = weights.to(q.dtype)[:, None, None, None, None]  # [M, 1, 1, 1, 1]
+        past_scores = ((q[None] @ self._heads(past_k).transpose(-1, -2)) * w).sum(0)  # [B, H, S, C]
+        scores = torch.cat([past_scores, q @ self._heads(k).transpose(-1, -2)], dim=-1) * scale  # [B, H, S, C + S]
+        scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # fp32 softmax, also in fp16 graphs
+        c = past_k.shape[-2]
+        past_out = ((probs[None, ..., :c] @ self._heads(past_v)) * w).sum(0)  # [B, H, S, hd]
+        out = past_out + probs[..., c:] @ self._heads(v)
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1)), k, v
 
 
 class MLP(nn.Module):
@@ -102,3 +143,11 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), mask, cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_cached(self, x: torch.Tensor, mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       past_k: torch.Tensor, past_v: torch.Tensor,
+                       weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """``forward`` over cached K/V (``Attention.forward_cached``); also returns this call's k and v."""
+        attn, k, v = self.self_attn.forward_cached(self.input_layernorm(x), mask, cos, sin, past_k, past_v, weights)
+        x = x + attn
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v

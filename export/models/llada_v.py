@@ -164,6 +164,33 @@ class LLaDAV(nn.Module):
         hidden = self.hidden_states(embeds, segment_ids, position_ids)
         return self.lm_head(hidden[:, prefix_embeds.shape[1] :]).float()
 
+    def forward_cached(
+        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor,
+        position_ids: torch.Tensor, weights: torch.Tensor, past: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:  # fmt: skip
+        """``forward`` with a prompt K/V cache (docs/DESIGN.md §10).
+
+        Args:
+            prefix_embeds: [B, P, D] the prompt positions computed in this call (P = 0 on a cached step).
+            gen_ids: [B, G] the answer window.
+            segment_ids, position_ids: [B, C + P + G]: the C cached positions first (their position ids are not
+                read: cached keys carry their rotation), then this call's.
+            weights: [M] the weight of each cached snapshot.
+            past: per layer (keys, values) [M, B, H_kv, C, hd], keys after RoPE; C may be 0.
+
+        Returns:
+            Logits [B, G, V] of the answer window, and per layer this call's prompt (keys, values) [B, H_kv, P, hd].
+        """
+        c, p = past[0][0].shape[-2], prefix_embeds.shape[1]
+        x = torch.cat([prefix_embeds, self.model.embed_tokens(gen_ids).to(prefix_embeds.dtype)], dim=1)
+        mask = attention_mask(segment_ids, c)
+        cos, sin = rope(position_ids[:, c:], self.config.text.head_dim, self.config.text.rope_theta, x.dtype)
+        present = []
+        for layer, (past_k, past_v) in zip(self.model.layers, past, strict=True):
+            x, k, v = layer.forward_cached(x, mask, cos, sin, past_k, past_v, weights)
+            present.append((k[:, :, :p], v[:, :, :p]))
+        return self.lm_head(self.model.norm(x)[:, p:]).float(), present
+
 
 def left_pad_prompts(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack [P_i, D] prompts left-padded with zeros: embeds [B, P, D] and validity [B, P] bool."""

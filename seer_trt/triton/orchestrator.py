@@ -24,6 +24,7 @@ import numpy as np
 from seer_trt.backend import axis_sizes
 from seer_trt.errors import InputError, ManifestError, SeerError, describe
 from seer_trt.graphs import GraphSpec, LengthBuckets
+from seer_trt.kv_cache import CacheConfig
 from seer_trt.manifest import Manifest
 from seer_trt.profiles import max_sizes
 from seer_trt.triton.pbtxt import TensorConfig
@@ -123,7 +124,8 @@ class Model:
         manifest = Manifest.read(folder)
         backend = BlsBackend(pb, manifest, json.loads(params["components"]), json.loads(params.get("plans", "[]")))
         self.pb = pb
-        self.pipeline = SeerPipeline(folder, manifest, backend, policy=params["policy"])
+        cache = CacheConfig.from_dict(json.loads(params.get("cache", "{}")))  # a repository before 2.1: none
+        self.pipeline = SeerPipeline(folder, manifest, backend, policy=params["policy"], cache=cache)
 
     def execute(self, requests: list) -> list:
         pb = self.pb

@@ -29,8 +29,10 @@ from typing import Any
 
 from seer_trt.errors import ConfigError, ManifestError
 from seer_trt.graphs import GraphSpec
+from seer_trt.kv_cache import CacheConfig
 from seer_trt.manifest import MANIFEST_FILE, Manifest
 from seer_trt.outfolder import check_target, is_repository, replace_folder, write_repository_marker
+from seer_trt.pipeline import check_cache
 from seer_trt.step_zero import step_zero_graph
 from seer_trt.triton import pbtxt
 from seer_trt.triton.orchestrator import REQUEST_INPUTS, RESPONSE_OUTPUTS
@@ -42,6 +44,9 @@ EXPORT_DIR = "export"  # inside the orchestrator's version folder
 MODEL_PY = Path(__file__).with_name("templates") / "model.py"
 ENGINE_BACKEND = "tensorrt"  # the manifest's engines key seer-build writes plans under
 BATCH_DELAY_US = 5000  # dynamic batching: how long the orchestrator waits to gather requests into one batch
+# The orchestrator's BLS calls pass every tensor through host memory, so a cache would cross to the device at every
+# cached step (more bytes than the prompt it saves, at 8B); until it keeps K/V as device tensors, no cache by default.
+TRITON_CACHE = CacheConfig("none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +127,7 @@ def graph_files(folder: Path, manifest: Manifest, graph: str) -> tuple[tuple[str
 
 
 def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer", instances: int = 2,
-                    threads: int = 0) -> RepositoryPlan:  # fmt: skip
+                    threads: int = 0, cache: CacheConfig = TRITON_CACHE) -> RepositoryPlan:  # fmt: skip
     """What ``seer-triton`` writes for an export folder.
 
     Args:
@@ -132,6 +137,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
         name: the orchestrator's model name.
         instances: orchestrator instances (each runs its own pipeline; requests are spread over them).
         threads: ONNX Runtime intra-op threads per CPU component (0: its default).
+        cache: the orchestrator's prompt K/V cache policy (default none: see TRITON_CACHE).
 
     Raises:
         ConfigError: an unknown flavour, a bad name or instance count.
@@ -192,6 +198,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
             ("components", json.dumps(components)),
             ("plans", json.dumps([g for g in components if g in plans])),  # their calls fit the built profiles
             ("policy", "hybrid"),
+            ("cache", json.dumps(check_cache(cache, manifest).to_dict())),
         ),  # fmt: skip
         batch_delay_us=BATCH_DELAY_US,
         files=(("model.py", MODEL_PY), *export_files),

@@ -1,0 +1,219 @@
+"""The prompt K/V cache (docs/DESIGN.md §10): the ResilPhase forecast weights, the refresh schedule, the window
+graph's cached call against its uncached one, and the cache policies through the pipeline on the fixture export."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from seer_trt.errors import ConfigError, InputError
+from seer_trt.graphs import GraphSpec, LengthBuckets, graph_specs, past_names, present_names
+from seer_trt.kv_cache import (
+    EXACT,
+    CacheConfig,
+    GroupCache,
+    cache_bytes,
+    forecast_weights,
+    lagrange_weights,
+    no_cache,
+    phase,
+)
+from seer_trt.layout import padded_layout
+from seer_trt.pipeline import Request, SeerPipeline
+from seer_trt.tasks import make_samples
+
+DIMS = {"hidden": 16, "vocab": 11, "layers": 2, "kv_heads": 2, "head_dim": 8, "image_size": 8, "tile_tokens": 4}
+SAMPLES = make_samples(23, 12)  # held-out: the trainer draws from seeds >= 1_000_000
+
+
+def test_lagrange_weights_sum_to_one_and_reproduce_polynomials_of_their_order():
+    rng = np.random.default_rng(0)
+    for m in (1, 2, 3):
+        nodes = np.sort(rng.uniform(-1, 1, m))
+        for x in (-1.3, 0.1, 0.97, 2.0):
+            w = lagrange_weights(nodes, x)
+            assert w.sum() == pytest.approx(1.0, abs=1e-12)
+            coef = rng.standard_normal(m)  # a polynomial of degree m - 1 is forecast exactly
+            assert w @ np.polyval(coef, nodes) == pytest.approx(np.polyval(coef, x), abs=1e-9)
+    assert lagrange_weights(np.array([0.0, 0.5]), 0.5).tolist() == [0.0, 1.0]  # at a node: that node only
+
+
+def test_phase_map_is_bounded_so_an_order_one_forecast_never_weighs_the_newest_snapshot_above_one_and_a_half():
+    nodes, x = phase(np.array([0, 4]), 4, 0.55)
+    assert nodes.tolist() == pytest.approx([-np.tanh(0.55), np.tanh(0.55)]) and x == pytest.approx(np.tanh(0.55))
+    newest = [forecast_weights(np.array([0, 4]), t, 0.55)[1] for t in range(5, 1000)]
+    assert all(1.0 < w <= 1.5 for w in newest) and newest == sorted(newest)  # grows with t, bounded by the tanh
+    assert forecast_weights(np.array([3]), 9, 0.55).tolist() == [1.0]  # one snapshot: reuse
+    plain = lagrange_weights(np.array([0.0, 4.0]), 100.0)[1]  # without the map: linear extrapolation runs away
+    assert plain == pytest.approx(25.0)
+
+
+def test_cache_config_validates_and_round_trips():
+    cfg = CacheConfig("forecast", 8, 2, 0.4, 0.05)
+    assert CacheConfig.from_dict(cfg.to_dict()) == cfg and cfg.snapshots == 3 and CacheConfig("reuse").snapshots == 1
+    assert cfg.label == "forecast R=8 (order 2, gate 0.05)"
+    for bad, match in [({"mode": "fast"}, "none, reuse or forecast"), ({"refresh": 0}, "whole number of steps"),
+                       ({"order": 3}, "order"), ({"alpha": 0}, "alpha"), ({"drift": -1.0}, "drift")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=match):
+            CacheConfig(**bad)
+    with pytest.raises(ConfigError, match="unknown key"):
+        CacheConfig.from_dict({"mode": "reuse", "interval": 4})
+
+
+def test_llada_v_sized_cache_is_what_32_layers_of_4096_wide_keys_and_values_take():
+    assert cache_bytes(32, 4096, 3700, 2) == 2 * 32 * 4096 * 3700 * 2 == 1_939_865_600  # 1.81 GiB, fp16, one snapshot
+
+
+def _spec() -> GraphSpec:
+    return graph_specs(DIMS, "float32", ("denoise",))["denoise"]
+
+
+def _layout(prompt: int = 5, answer: int = 4):
+    embeds = np.zeros((prompt, DIMS["hidden"]), dtype=np.float32)
+    return padded_layout([embeds], np.array([answer]), prompt, answer)
+
+
+def _present(spec: GraphSpec, value: float, prompt: int = 5) -> dict[str, np.ndarray]:
+    return {n: np.full((1, 2, prompt, 8), value, dtype=np.float32) for i in range(2) for n in present_names(i)}
+
+
+def test_no_cache_feeds_an_empty_past_with_weight_one():
+    feeds = no_cache(_spec(), 3)
+    assert feeds["past_weights"].tolist() == [1.0]
+    assert feeds["past_key_values.1.value"].shape == (1, 3, 2, 0, 8) and len(feeds) == 1 + 2 * DIMS["layers"]
+    assert no_cache(graph_specs(DIMS, "float32", ("step_zero",))["step_zero"], 3) == {}
+    assert not graph_specs(DIMS, "float32", ("denoise",), cache=False)["denoise"].inputs[-1].name.startswith("past")
+
+
+@pytest.mark.parametrize("mode", ["reuse", "forecast"])
+def test_refreshes_come_every_r_steps_and_at_block_starts(mode):
+    spec = _spec()
+    kv = GroupCache(CacheConfig(mode, 3), spec, _layout())
+    refreshes, fed = [], {}
+    for t in range(10):
+        feeds, refresh = kv.plan(t, boundary=t == 7)
+        if refresh:
+            refreshes.append(t)
+            assert feeds["past_key_values.0.key"].shape[3] == 0  # computes the prompt
+            kv.store(t, _present(spec, float(t)))
+        else:
+            assert feeds["prefix_embeds"].shape[1] == 0 and feeds["past_key_values.0.key"].shape[3] == 5
+            fed[t] = feeds
+    assert refreshes == [0, 3, 6, 7] and kv.refreshes == 4  # step 7 starts a block
+    assert fed[1]["past_weights"].tolist() == [1.0]  # one snapshot so far: reuse
+    if mode == "reuse":
+        assert all(f["past_weights"].tolist() == [1.0] and f["past_key_values.1.key"][0, 0, 0, 0, 0] == 7.0
+                   for t, f in fed.items() if t > 7)  # fmt: skip
+    else:  # two snapshots (steps 6 and 7) extrapolated to step 9: the feed's combination is past 7
+        w = fed[9]["past_weights"]
+        assert len(w) == 2 and w.sum() == pytest.approx(1.0) and w[1] > 1.0
+        combined = np.tensordot(w, fed[9]["past_key_values.0.key"], axes=1)
+        assert 7.0 < combined.flat[0] <= 7.5
+
+
+def test_drift_gate_brings_the_refresh_forward_and_drops_a_losing_forecast():
+    spec = _spec()
+    kv = GroupCache(CacheConfig("forecast", 4, drift=0.01), spec, _layout())
+    for t, value in ((0, 1.0), (4, 2.0), (8, 1.0)):  # the K/V turn back: the forecast (3.0) loses to reuse (2.0)
+        assert kv.plan(t, False)[1]
+        kv.store(t, _present(spec, value))
+    reuse, forecast = kv.errors[-1]
+    assert forecast > reuse > 0.01 and kv.fallback
+    assert kv.plan(9, False)[0]["past_weights"].tolist() == [1.0]  # fell back to reuse
+    assert kv.plan(10, False)[1]  # the gate brought the refresh forward to R // 2
+
+
+def test_a_cache_on_an_uncached_graph_is_refused():
+    spec = graph_specs(DIMS, "float32", ("denoise",), cache=False)["denoise"]
+    assert GroupCache(EXACT, spec, _layout()).plan(0, False)[1]
+    with pytest.raises(ConfigError, match="--cache none"):
+        GroupCache(CacheConfig("reuse"), spec, _layout())
+
+
+# --- on the fixture export ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipe(fixture_export) -> SeerPipeline:
+    return SeerPipeline.from_manifest(fixture_export[0])
+
+
+def test_a_cached_step_on_the_current_prompt_kv_is_the_uncached_step(pipe):
+    """The graph's cached path: fed the K/V of the very answer state it computes (any weights summing to 1 over
+    identical snapshots), a step without the prompt gives the uncached step's x0 and confidence."""
+    enc = pipe.encoder
+    rows = [enc.encode(s.question, s.image).embeds for s in SAMPLES[:3]]
+    p = max(len(r) for r in rows)
+    layout = padded_layout(rows, np.array([9, 5, 7]), p, 9)  # left-padded rows of different windows
+    spec = pipe.backend.spec("denoise")
+    mask = pipe.manifest.special_tokens.mask_id
+    gen = np.random.default_rng(1).integers(0, 40, (3, 9))
+    gen[:, ::2] = mask
+    feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": gen, "segment_ids": layout.segment_ids,
+             "position_ids": layout.position_ids}  # fmt: skip
+    full = {k: np.array(v) for k, v in pipe.backend.run("denoise", {**feeds, **no_cache(spec, 3)}).items()}
+    assert full["present.0.key"].shape == (3, spec.inputs[5].shape[2], p, spec.inputs[5].shape[4])
+    past = {"past_weights": np.array([-0.5, 1.5], dtype=np.float32)}
+    for i in range(pipe.manifest.model.num_layers):
+        for name, out in zip(past_names(i), present_names(i), strict=True):
+            past[name] = np.stack([full[out], full[out]])
+    empty = layout.prefix_embeds[:, :0]
+    cached = pipe.backend.run("denoise", {**feeds, **past, "prefix_embeds": empty})
+    valid = layout.segment_ids[:, p:] > 0
+    np.testing.assert_array_equal(cached["x0"][valid], full["x0"][valid])
+    np.testing.assert_allclose(cached["confidence"][valid], full["confidence"][valid], atol=1e-5)
+    assert cached["present.0.key"].shape[2] == 0  # it computed no prompt position
+    stale = {k: (v * 0.5 if k.startswith("past_key") else v) for k, v in past.items()}  # wrong K/V: other values
+    moved = pipe.backend.run("denoise", {**feeds, **stale, "prefix_embeds": empty})
+    assert not np.allclose(moved["confidence"][valid], full["confidence"][valid], atol=1e-3)
+
+
+def _windows(results) -> list[tuple[int, ...]]:
+    assert all(r.ok for r in results), [r.error for r in results]
+    return [r.window for r in results]
+
+
+@pytest.mark.parametrize("policy", ["static", "packed"])
+def test_refreshing_every_step_is_the_exact_loop(pipe, policy):
+    exact = pipe.generate_batch([Request(s.question, s.image, cache="none") for s in SAMPLES], policy=policy).results
+    for mode in ("reuse", "forecast"):
+        every = pipe.generate_batch([Request(s.question, s.image, cache=mode, refresh_interval=1) for s in SAMPLES],
+                                    policy=policy).results  # fmt: skip
+        assert _windows(every) == _windows(exact)
+        assert [r.refreshes for r in every] == [r.steps for r in every] == [r.refreshes for r in exact]
+
+
+def test_cached_policies_refresh_less_and_count_it(pipe):
+    exact = pipe.generate([Request(s.question, s.image, gen_length=64, cache="none") for s in SAMPLES])
+    steps = [r.steps for r in exact]
+    assert [r.refreshes for r in exact] == steps
+    for mode in ("reuse", "forecast"):
+        out = pipe.generate([Request(s.question, s.image, gen_length=64, cache=mode, refresh_interval=4)
+                             for s in SAMPLES])  # fmt: skip
+        assert all(r.ok for r in out)
+        # step 0 is the full-depth pass or a refresh; then one every 4 steps (block starts may add some)
+        assert all(-(-r.steps // 4) <= r.refreshes < r.steps for r in out if r.steps > 4), mode
+    policy = CacheConfig("forecast", 2, 2)
+    (r,) = pipe.generate([Request(SAMPLES[0].question, SAMPLES[0].image, cache=policy)])
+    assert r.ok and r.refreshes < r.steps
+
+
+def test_bad_cache_requests_fail_alone(pipe):
+    out = pipe.generate([Request(SAMPLES[0].question, refresh_interval=0, cache="reuse"), Request(SAMPLES[0].question)])
+    assert "refresh interval 0" in out[0].error and out[1].ok
+    with pytest.raises(InputError, match="cache is 'fast'"):
+        Request("q", cache="fast")
+
+
+def test_profiles_select_the_cached_profile_for_a_cached_call():
+    from seer_trt.profiles import plan_profiles, select_profile
+
+    spec = _spec()
+    plan = plan_profiles({"denoise": [(t.name, t.shape) for t in spec.inputs]}, LengthBuckets())
+    profiles = plan.profiles("denoise")
+    computing = select_profile(profiles, {"batch": 1, "prompt": 40, "past": 0, "history": 1, "answer": 9}, "denoise")
+    cached = select_profile(profiles, {"batch": 1, "prompt": 0, "past": 40, "history": 2, "answer": 9}, "denoise")
+    assert profiles[computing].range("past").max == 0 and profiles[cached].range("prompt").max == 0
+    assert dataclasses.replace(CacheConfig("forecast", 4, 2)).snapshots <= profiles[cached].range("history").max
