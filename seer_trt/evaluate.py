@@ -10,7 +10,14 @@ Out: per mode exact match against the ground truth (overall and per task) and ag
 Modes: ``padded`` denoises all N positions every step; ``early_stop`` is the official setting of LLaDA-V's demo
 and evaluation (``stopping_criteria=['<|eot_id|>']``: stop once the answer before the first ``<|eot_id|>`` is
 complete); ``seer`` cuts at the step-zero boundary; ``oracle`` cuts at the true length (answer +
-``<|eot_id|>``), the physical limit of truncation. All run through the same pipeline.
+``<|eot_id|>``), the physical limit of truncation. All run through the same pipeline, with the exact loop
+(cache "none").
+
+``--cache POLICIES`` measures prompt K/V cache policies instead (docs/DESIGN.md §10): Seer with the exact loop, then
+Seer under each policy at each refresh interval: exact match, answers identical to the exact loop's, token
+agreement with it (the exact loop's answer positions, through its first ``<|eot_id|>``) and refreshes (steps that
+computed the prompt) per request. Reuse and forecast at one interval refresh at the same steps unless a drift gate
+moves them, so their rows compare the two at equal refresh counts.
 """
 
 from __future__ import annotations
@@ -24,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from seer_trt import cache_eval
 from seer_trt.cli import Parser, fail, git_sha, require_extra, save_figure, write_json
 from seer_trt.dispatch import DEFAULT_POLICY
 from seer_trt.errors import ConfigError, SeerError
+from seer_trt.kv_cache import CACHE_MODES, CacheConfig
 from seer_trt.pipeline import Request, Result, SeerPipeline
 from seer_trt.tasks import Sample, make_samples, vocabulary
 
@@ -63,11 +72,11 @@ def oracle_window(pipe: SeerPipeline, sample: Sample, gen_length: int) -> int:
 
 
 def mode_request(pipe: SeerPipeline, sample: Sample, mode: str, gen_length: int | None) -> Request:
-    """The request of ``sample`` in one of MODES."""
+    """The request of ``sample`` in one of MODES, on the exact loop."""
     n = gen_length or pipe.manifest.generation.gen_length
     window = oracle_window(pipe, sample, n) if mode == "oracle" else None
     return Request(sample.question, sample.image, gen_length=gen_length, seer=mode in ("seer", "oracle"),
-                   window=window, early_stop=mode == "early_stop")  # fmt: skip
+                   window=window, early_stop=mode == "early_stop", cache="none")  # fmt: skip
 
 
 def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, modes=MODES,
@@ -195,6 +204,38 @@ def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_l
     }
 
 
+def cache_policies(modes: str, intervals: str, order: int, drift: float | None) -> list[CacheConfig]:
+    """The policies of ``--cache`` / ``--refresh-interval`` / ``--forecast-order`` / ``--drift-gate``.
+
+    Raises:
+        ConfigError: an unknown mode, an interval that is not a whole number >= 1, a bad order or gate.
+    """
+    names = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = [m for m in names if m not in CACHE_MODES]
+    if unknown or not names:
+        raise ConfigError(f"--cache {modes!r}: expected a comma-separated subset of {list(CACHE_MODES)}")
+    try:
+        values = [int(v) for v in intervals.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--refresh-interval {intervals!r}: expected whole numbers, e.g. 2,4,8") from None
+    configs = cache_eval.policies(names, values, order)
+    if drift is not None:
+        configs += cache_eval.policies(names, values, order, drift)
+    return configs
+
+
+def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int = 200, seed: int = HELD_OUT_SEED,
+                   gen_length: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (``cache_eval``)."""
+    pipe = SeerPipeline.from_manifest(engines)
+    samples = fixture_samples(pipe, n, seed)
+    truth = [truth_ids(pipe, s) for s in samples]
+    report = cache_eval.fidelity(pipe, samples, truth, gen_length, configs, progress)
+    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": n, "seed": seed,
+            "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
+            "git": git_sha(), **report}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(
         prog="seer-eval",
@@ -205,6 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=200, help="held-out prompts (default 200)")
     ap.add_argument("--seed", type=int, default=HELD_OUT_SEED, help=f"their seed (default {HELD_OUT_SEED})")
     ap.add_argument("--gen-length", type=int, help="answer window N (default: the export's)")
+    ap.add_argument("--cache", help=f"prompt K/V cache policies to measure against the exact loop, comma-separated "
+                    f"({', '.join(CACHE_MODES[1:])}): Seer under each instead of the modes table")  # fmt: skip
+    ap.add_argument("--refresh-interval", default="2,4,8",
+                    help="refresh intervals R of --cache, comma-separated (default 2,4,8)")  # fmt: skip
+    ap.add_argument("--forecast-order", type=int, default=1, help="Lagrange order of the forecast policy (1 or 2)")
+    ap.add_argument("--drift-gate", type=float,
+                    help="--cache: also each policy with this drift gate (relative K/V error that brings a refresh "
+                    "forward)")  # fmt: skip
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--plot", type=Path, help="write a PNG here: L* minus true length, exact match per mode")
     ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
@@ -219,6 +268,15 @@ def main(argv: list[str] | None = None) -> int:
         def progress(text: str) -> None:
             print(f"[{time.time() - t0:6.1f}s] seer-eval {text}", file=sys.stderr, flush=True)
 
+        if args.cache:
+            configs = cache_policies(args.cache, args.refresh_interval, args.forecast_order, args.drift_gate)
+            progress(f"{args.n} prompts x {len(configs) + 1} cache policies (the exact loop first)")
+            report = evaluate_cache(args.engines, configs, args.n, args.seed, args.gen_length, progress)
+            report["command"] = "seer-eval " + " ".join(sys.argv[1:] if argv is None else argv)
+            print(cache_eval.table(report, args.n, report["gen_length"], report["detector"]))
+            if args.json:
+                write_json(args.json, report)
+            return 0
         progress(f"{args.n} prompts x {len(MODES)} modes ({', '.join(MODES)})")
         report = evaluate(args.engines, args.n, args.seed, args.gen_length, progress=progress)
         report["command"] = "seer-eval " + " ".join(sys.argv[1:] if argv is None else argv)
