@@ -41,6 +41,7 @@ from seer_trt.cli import Parser, fail, git_sha, require_extra, save_figure, writ
 from seer_trt.dispatch import DEFAULT_POLICY, POLICIES
 from seer_trt.errors import ConfigError, SeerError
 from seer_trt.evaluate import fixture_samples, oracle_window, truth_ids
+from seer_trt.kv_cache import DEFAULT_CACHE, no_cache
 from seer_trt.layout import window_layout
 from seer_trt.pipeline import Request, Result, SeerPipeline
 from seer_trt.tasks import WORDS, Sample
@@ -109,7 +110,7 @@ def single(pipe: SeerPipeline, settings: Settings, seed: int, progress: Progress
         def request(mode: str, s: Sample, n: int = n) -> Request:
             window = oracle_window(pipe, s, n) if mode == "oracle" else None
             return Request(s.question, s.image, gen_length=n, seer=mode in ("seer", "oracle"), window=window,
-                           early_stop=mode == "early_stop")  # fmt: skip
+                           early_stop=mode == "early_stop", cache="none")  # fmt: skip
 
         for mode in MODES:  # warm-up: sessions, buffers for these shapes
             timed(pipe, [request(mode, samples[0])])
@@ -172,8 +173,8 @@ def batched(pipe: SeerPipeline, samples: list[Sample], settings: Settings, label
     """Every dispatch policy on the same batch, interleaved over rounds after a warm-up round."""
     eot = pipe.manifest.special_tokens.eot_id
     n = settings.batch_gen_length
-    requests = [Request(s.question, s.image, gen_length=n, window=oracle_window(pipe, s, n) if oracle else None)
-                for s in samples]  # fmt: skip
+    requests = [Request(s.question, s.image, gen_length=n, window=oracle_window(pipe, s, n) if oracle else None,
+                        cache="none") for s in samples]  # fmt: skip
     warm: dict[str, float] = {}
     first: dict[str, Any] = {}
     for policy in POLICIES:
@@ -237,7 +238,8 @@ def backends(pipe: SeerPipeline, model, settings: Settings, progress: Progress) 
         seg, pos = window_layout(valid, np.array([g]), g)
         prefix = (0.02 * rng.standard_normal((1, settings.prompt_len, dim))).astype(pipe.manifest.precision)
         gen_ids = np.full((1, g), mask, dtype=np.int64)
-        feeds = {"prefix_embeds": prefix, "gen_ids": gen_ids, "segment_ids": seg, "position_ids": pos}
+        feeds = {"prefix_embeds": prefix, "gen_ids": gen_ids, "segment_ids": seg, "position_ids": pos,
+                 **no_cache(pipe.backend.spec("denoise"), 1)}  # fmt: skip
         targs = [torch.from_numpy(a) for a in (prefix.astype(np.float32), gen_ids, seg, pos)]
         runs = {"onnxruntime": lambda feeds=feeds: pipe.backend.run("denoise", feeds),
                 "pytorch": lambda targs=targs: model(*targs)}  # fmt: skip
@@ -465,18 +467,33 @@ def main(argv: list[str] | None = None) -> int:
         "dispatch policies on two batches, and ONNX Runtime vs PyTorch eager, on an export of the fixture model "
         "(ratios of medians over interleaved rounds, measured in one run).",
     )
-    ap.add_argument("--engines", type=Path, required=True, help="export folder (seer-export)")
+    ap.add_argument("--workload", default="fixture", choices=("fixture", "llada-v-shaped"),
+                    help="fixture: the scenarios above on an export of the fixture (default); llada-v-shaped: the prompt "
+                    "K/V cache at LLaDA-V's token counts on a random-weight model (seer_export.bench_cache)")  # fmt: skip
+    ap.add_argument("--engines", type=Path, required=True,
+                    help="export folder (seer-export); llada-v-shaped: its random model's export, written there when "
+                    "the folder is new")  # fmt: skip
     ap.add_argument("--checkpoint", type=Path, help="PyTorch checkpoint for the eager comparison (default: registry)")
     ap.add_argument("--json", type=Path, help="write the report here")
     ap.add_argument("--plot", type=Path, help="write a PNG here: speedups vs gen_length, throughput per policy")
     ap.add_argument("--quick", action="store_true", help="fewer lengths, prompts and rounds: about two minutes")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads of both backends (default 1)")
     ap.add_argument("--seed", type=int, default=7, help="seed of the held-out prompts")
+    ap.add_argument("--refresh-interval", type=int, default=DEFAULT_CACHE.refresh,
+                    help=f"llada-v-shaped: R of the cached modes (default: the pipeline's, {DEFAULT_CACHE.refresh})")  # fmt: skip
     ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")
     args = ap.parse_args(argv)
+    command = "seer-bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.workload == "llada-v-shaped":
+        try:
+            require_extra("seer-bench")
+        except SeerError as err:
+            return fail("seer-bench", err, args.verbose)
+        from seer_export.bench_cache import main as cache_main
+
+        return cache_main(args, command)
     settings = Settings.quick(args.threads) if args.quick else Settings(threads=args.threads)
     t0 = time.time()
-    command = "seer-bench " + " ".join(sys.argv[1:] if argv is None else argv)
 
     def progress(text: str) -> None:
         print(f"[{time.time() - t0:6.1f}s] {text}", file=sys.stderr, flush=True)
