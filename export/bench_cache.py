@@ -309,8 +309,8 @@ def headline(steps: dict[str, Any], cells: dict[str, Any], settings: Settings) -
     mode = "seer+forecast" if DEFAULT_CACHE.mode == "forecast" else "seer+reuse"
     return {
         "cache_step_speedup": steps[step_key]["reuse_speedup"],
-        "cache_step_speedup_at": step_key,
         "seer_cache_over_seer": cells[cell_key]["modes"][mode]["over_seer"],
+        "cache_step_speedup_at": step_key,
         "seer_cache_over_seer_at": f"{cell_key} ({mode}, R={settings.refresh})",
     }
 

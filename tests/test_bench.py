@@ -107,3 +107,48 @@ def test_oracle_window_is_validated(fixture_export):
     (ok,) = pipe.generate(Request("count to 3 .", window=4))
     gen = pipe.manifest.generation
     assert ok.ok and ok.kept == 4 and ok.steps == -(-gen.steps * 4 // gen.gen_length)
+
+
+def test_seer_eval_cache_table_compares_policies_at_equal_refreshes(fixture_export, tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = eval_main(["--engines", str(fixture_export[0]), "--n", "8", "--gen-length", "32", "--cache",
+                        "reuse,forecast", "--refresh-interval", "1,4", "--drift-gate", "0.05", "--json",
+                        str(tmp_path / "c.json")])  # fmt: skip
+    assert rc == 0, err.getvalue()
+    rows = {r["policy"]: r for r in json.loads((tmp_path / "c.json").read_text())["rows"]}
+    assert list(rows)[:5] == ["none", "reuse R=1", "reuse R=4", "forecast R=1 (order 1)", "forecast R=4 (order 1)"]
+    exact = rows["none"]
+    assert exact["refreshes_per_request"] == exact["steps_per_request"] and exact["exact_match_minus_exact"] == 0
+    for mode in ("reuse R=1", "forecast R=1 (order 1)"):  # a refresh at every step is the exact loop
+        assert rows[mode]["same_answer_as_exact"] == rows[mode]["token_agreement"] == 1.0
+        assert rows[mode]["refreshes_per_request"] == exact["refreshes_per_request"]
+    reuse, forecast = rows["reuse R=4"], rows["forecast R=4 (order 1)"]
+    assert reuse["refreshes_per_request"] == forecast["refreshes_per_request"] < exact["refreshes_per_request"]
+    gated = rows["forecast R=4 (order 1, gate 0.05)"]
+    assert gated["gate_checks"] > 0 and gated["kv_error_reuse"] > 0 and gated["kv_error_forecast"] > 0
+    assert gated["refreshes_per_request"] >= forecast["refreshes_per_request"]  # a gate only adds refreshes
+    assert "| forecast R=4 (order 1) |" in out.getvalue()
+
+
+def test_llada_v_shaped_bench_report_structure(fixture_export):
+    from seer_export.bench_cache import LLADA_V, MODES, bench_cache
+    from seer_export.bench_cache import Settings as CacheSettings
+    from seer_export.bench_cache import tables as cache_tables
+
+    settings = CacheSettings(image_tokens=(60,), text_tokens=20, gen_lengths=(32,), answers=(2, 5), rounds=1,
+                             step_rounds=1, step_calls=1, baseline_cells=((60, 32),), refresh=4)  # fmt: skip
+    report = bench_cache(fixture_export[0], settings, command="seer-bench --workload llada-v-shaped --test")
+    assert list(report)[:2] == ["cache_step_speedup", "seer_cache_over_seer"]  # the headline keys come first
+    (step,) = report["step_times"].values()
+    assert step["window"] == 16 and step["uncached_ms"] > 0 and step["reuse_ms"] > 0
+    (cell,) = report["end_to_end"].values()
+    assert list(cell["modes"]) == list(MODES) and not cell["modes"]["baseline"]["estimated"]
+    modes = cell["modes"]
+    assert modes["baseline"]["mean_steps"] == 32 and modes["baseline"]["mean_refreshes"] == 32
+    assert modes["seer"]["mean_refreshes"] == modes["seer"]["mean_steps"]  # Seer alone: the exact loop
+    for m in ("seer+reuse", "seer+forecast"):
+        assert modes[m]["mean_steps"] == modes["seer"]["mean_steps"] > modes[m]["mean_refreshes"]
+    assert modes["oracle+cache"]["mean_steps"] < modes["seer"]["mean_steps"]  # no safety margin
+    assert report["memory"]["reuse_bytes"] == 2 * LLADA_V["layers"] * 4096 * 3700 * 2
+    assert "## Headline" in cache_tables(report)
