@@ -151,8 +151,12 @@ def no_cache(spec: GraphSpec, batch: int) -> dict[str, np.ndarray]:
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
-    """Read-only: a backend may keep it on its device for as long as the same object is fed (TrtBackend)."""
-    array.setflags(write=False)
+    """Read-only, with the array it views: a backend may keep it on its device for as long as the same object is
+    fed (``seer_trt.trt_backend.frozen``), so a cached step sends only its weights, not the cache."""
+    base = array
+    while isinstance(base, np.ndarray):
+        base.setflags(write=False)
+        base = base.base
     return array
 
 
