@@ -20,6 +20,8 @@ PROG = "seer-triton"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from seer_trt.kv_cache import DEFAULT_CACHE
+
     ap = Parser(
         prog=PROG,
         description="Write a Triton model repository serving an export with Seer: an orchestrator model (Python "
@@ -36,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--cache", default="none", choices=("none", "reuse", "forecast"),
                     help="the orchestrator's prompt K/V cache policy (default: none; its BLS calls move tensors "
                     "through host memory)")  # fmt: skip
-    ap.add_argument("--refresh-interval", type=int, default=4, help="steps between prompt computations under "
-                    "--cache reuse/forecast (default: 4)")  # fmt: skip
+    ap.add_argument("--refresh-interval", type=int, default=DEFAULT_CACHE.refresh, help="steps between prompt "
+                    f"computations under --cache reuse/forecast (default: {DEFAULT_CACHE.refresh})")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="replace a repository seer-triton wrote at --out; a folder "
                     "holding anything else is never replaced")  # fmt: skip
     ap.add_argument("--verbose", action="store_true", help="tracebacks on errors")

@@ -11,6 +11,7 @@ import pytest
 from seer_trt.errors import ConfigError, InputError
 from seer_trt.graphs import GraphSpec, LengthBuckets, graph_specs, past_names, present_names
 from seer_trt.kv_cache import (
+    DEFAULT_CACHE,
     EXACT,
     CacheConfig,
     GroupCache,
@@ -204,6 +205,18 @@ def test_cached_policies_refresh_less_and_count_it(pipe):
     policy = CacheConfig("forecast", 2, 2)
     (r,) = pipe.generate([Request(SAMPLES[0].question, SAMPLES[0].image, cache=policy)])
     assert r.ok and r.refreshes < r.steps
+
+
+def test_the_default_cache_gives_the_same_tokens_under_every_dispatch_policy(pipe):
+    """The cache is computed in each plan's own layout (padded, packed, alone); a row's answer does not depend on it."""
+    from seer_trt.dispatch import POLICIES
+
+    assert pipe.cache == DEFAULT_CACHE and DEFAULT_CACHE.mode != "none"
+    requests = [Request(s.question, s.image) for s in SAMPLES]
+    out = {p: pipe.generate_batch(requests, policy=p).results for p in POLICIES}
+    first = _windows(out["per_request"])
+    assert all(_windows(r) == first for r in out.values())
+    assert all(r.refreshes < r.steps for r in out["per_request"] if r.steps > DEFAULT_CACHE.refresh)
 
 
 def test_bad_cache_requests_fail_alone(pipe):

@@ -62,7 +62,8 @@ def reference(fixture_export) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def requests(seer: bool = True, **overrides) -> list[Request]:
-    return [Request(s.question, s.image, seer=seer, **overrides) for s in SAMPLES]
+    """SAMPLES as requests on the exact loop (cache "none": what the PyTorch reference computes)."""
+    return [Request(s.question, s.image, seer=seer, **{"cache": "none", **overrides}) for s in SAMPLES]
 
 
 def request_mode(mode: str) -> list[Request]:
