@@ -236,3 +236,43 @@ def test_profiles_select_the_cached_profile_for_a_cached_call():
     cached = select_profile(profiles, {"batch": 1, "prompt": 0, "past": 40, "history": 2, "answer": 9}, "denoise")
     assert profiles[computing].range("past").max == 0 and profiles[cached].range("prompt").max == 0
     assert dataclasses.replace(CacheConfig("forecast", 4, 2)).snapshots <= profiles[cached].range("history").max
+
+
+def _run_cli(argv: list[str]) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from seer_trt.cli_run import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as stop:  # argparse's errors
+            rc = stop.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_seer_run_cache_flags_and_jsonl_cache_fields(fixture_export, tmp_path):
+    import json
+
+    folder = str(fixture_export[0])
+    prompt = "repeat cat 6 times ."
+    runs = {}
+    for flags in (["--cache", "none"], ["--cache", "reuse", "--refresh-interval", "3"],
+                  ["--cache", "forecast", "--refresh-interval", "3", "--forecast-order", "2"]):  # fmt: skip
+        rc, out, err = _run_cli(["--engines", folder, "--prompt", prompt, "--json", *flags])
+        assert rc == 0, err
+        runs[flags[1]] = json.loads(out)
+    steps = runs["none"]["steps"]
+    assert steps > 3 and runs["none"]["refreshes"] == steps
+    assert runs["reuse"]["steps"] == runs["forecast"]["steps"] == steps
+    assert runs["reuse"]["refreshes"] == runs["forecast"]["refreshes"] == -(-steps // 3)  # steps 0, 3, 6, ...
+    (tmp_path / "in.jsonl").write_text(json.dumps({"prompt": prompt, "cache": "none"}) + "\n"
+                                       + json.dumps({"prompt": prompt, "cache": "reuse", "refresh_interval": 0}) + "\n")  # fmt: skip
+    rc, _, err = _run_cli(["--engines", folder, "--input", str(tmp_path / "in.jsonl"), "--output",
+                           str(tmp_path / "out.jsonl"), "--cache", "reuse"])  # fmt: skip
+    got = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert rc == 1 and got[0]["refreshes"] == steps and "refresh interval 0" in got[1]["error"]
+    rc, out, err = _run_cli(["--engines", folder, "--prompt", prompt, "--cache", "fast"])
+    assert rc == 2 and "invalid choice" in err and len(err.strip().splitlines()) == 1

@@ -101,6 +101,18 @@ def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_e
     assert Manifest.read(cpu_repo / "seer" / "1" / "export") == manifest
 
 
+def test_the_orchestrator_carries_the_cache_policy_it_was_given(fixture_export):
+    from seer_trt.kv_cache import CacheConfig
+    from seer_trt.triton.repository import plan_repository
+
+    folder, _, _ = fixture_export
+    (orchestrator,) = [m for m in plan_repository(folder, "cpu").models if m.name == "seer"]
+    assert json.loads(dict(orchestrator.parameters)["cache"]) == CacheConfig("none").to_dict()  # the default there
+    cached = plan_repository(folder, "cpu", cache=CacheConfig("forecast", 3, 2))
+    (orchestrator,) = [m for m in cached.models if m.name == "seer"]
+    assert CacheConfig.from_dict(json.loads(dict(orchestrator.parameters)["cache"])) == CacheConfig("forecast", 3, 2)
+
+
 def test_served_graphs_follow_the_calibration(fixture_export):
     """The early exit where the signal lives below the head; only the window graph for the end-token fallback;
     denoise_logits where the export has it (--sampling)."""
