@@ -483,6 +483,8 @@ class TrtBackend:
         a frozen array uploaded by the previous call (a group's prefix, segment and position ids) stays bound."""
         if frozen(value) and buffers.uploaded.get(name) is value:
             return
+        if value.size == 0:  # an empty cache or prompt (docs/DESIGN.md §10): nothing to copy, the buffer keeps its
+            return  # contents (a refresh after cached steps finds the group's prompt still there)
         buffers.uploaded.pop(name, None)
         staged = buffers.staging[name][: value.size].reshape(value.shape)
         np.copyto(staged, value)  # pageable -> pinned on the host; the device copy below is then DMA

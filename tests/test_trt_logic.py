@@ -19,6 +19,7 @@ from seer_trt.config import GenerationConfig
 from seer_trt.denoise import Greedy, denoise
 from seer_trt.errors import InputError
 from seer_trt.graphs import LengthBuckets
+from seer_trt.kv_cache import CacheConfig, no_cache
 from seer_trt.layout import packed_layout, padded_layout
 from seer_trt.manifest import EngineBuild, EngineFile, Manifest
 from seer_trt.pipeline import Request, SeerPipeline
@@ -31,11 +32,16 @@ BUCKETS = LengthBuckets(batch=(1, 4), prompt=(32, 64), answer=(16, 32, 64))
 
 def model(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """What the fake engine computes: every input moves the outputs, so a stale device buffer shows."""
-    p = feeds["prefix_embeds"].shape[1]
-    seg, pos = feeds["segment_ids"][:, p:], feeds["position_ids"][:, p:]
+    g = feeds["gen_ids"].shape[1]  # the answer: the last g positions (after the cached and the computed prompt)
+    seg, pos = feeds["segment_ids"][:, -g:], feeds["position_ids"][:, -g:]
     x0 = (feeds["gen_ids"] * 7 + seg * 3 + pos) % 50
     confidence = (feeds["prefix_embeds"].astype(np.float64).sum(axis=(1, 2))[:, None] + pos + seg) % 97 / 97
-    return {"x0": x0.astype(np.int64), "confidence": confidence.astype(np.float32)}
+    out = {"x0": x0.astype(np.int64), "confidence": confidence.astype(np.float32)}
+    b, p = feeds["prefix_embeds"].shape[:2]
+    for name in (n for n in feeds if n.startswith("past_key_values.")):  # the prompt's K/V: [B, H_kv, P, hd]
+        _, _, heads, _, head_dim = feeds[name].shape
+        out[name.replace("past_key_values", "present")] = np.full((b, heads, p, head_dim), p, dtype=np.float32)
+    return out
 
 
 class FakeCuda:
@@ -190,6 +196,7 @@ def feeds_for(manifest: Manifest, batch: int, prompt: int, answer: int, seed: in
         "gen_ids": rng.integers(0, 80, (batch, answer)),
         "segment_ids": np.ones((batch, seq), dtype=np.int32),
         "position_ids": np.tile(np.arange(seq, dtype=np.int64), (batch, 1)),
+        **no_cache(manifest.graph("denoise").spec, batch),  # the prompt computed: an empty K/V cache
     }
 
 
@@ -205,7 +212,7 @@ def test_outputs_are_the_engines_and_one_buffer_set_serves_every_profile(fake):
     assert used == {0, 1, 2}  # every profile ran, each in its own context
     engine = backend._engines["denoise"]
     assert len(engine.contexts) == 3 and len(engine.pool) == 1  # one buffer set for all three profiles
-    largest = {"batch": 4, "prompt": 64, "answer": 64, "seq": 128}
+    largest = {"batch": 4, "prompt": 64, "answer": 64, "seq": 128, "past": 64, "history": 3}  # the cached profiles
     expected = sum(int(np.prod([largest[a] if isinstance(a, str) else a for a in t.shape])) * np.dtype(t.dtype).itemsize
                    for t in (*fake.spec.inputs, *fake.spec.outputs))  # fmt: skip
     assert sum(len(m) for m in fake.cuda.memory.values()) == expected  # at the engine's largest shape, once
@@ -221,7 +228,8 @@ def test_loop_invariant_inputs_cross_once_per_group(fake):
     prompts = [rng.standard_normal((p, manifest.model.hidden_size)).astype(np.float32) for p in (12, 30, 7)]
     kept = np.array([10, 16, 5])
     gen = GenerationConfig(gen_length=16, steps=8, block_length=16)
-    reference = types.SimpleNamespace(run=lambda graph, feeds: model(feeds), manifest=manifest)
+    reference = types.SimpleNamespace(run=lambda graph, feeds: model(feeds), manifest=manifest,
+                                      spec=lambda graph: manifest.graph(graph).spec)  # fmt: skip
     for layout in (padded_layout(prompts, kept, 32, 16), packed_layout(prompts, kept)):
         schedule = plan_schedule(gen, kept)
         fake.cuda.uploads.clear()
@@ -232,13 +240,38 @@ def test_loop_invariant_inputs_cross_once_per_group(fake):
         assert np.array_equal(got.tokens, want.tokens) and np.array_equal(got.steps, want.steps)
         buffers = backend._engines["denoise"].pool[0].device
         count = {name: sum(ptr == buffers[name] for ptr, _ in fake.cuda.uploads) for name in fake.engines[0].inputs}
-        assert count == {"prefix_embeds": 1, "gen_ids": schedule.num_steps, "segment_ids": 1, "position_ids": 1}
+        cache = {name: 0 for name in count if name.startswith("past_key_values.")}  # empty: nothing crosses
+        assert count == {"prefix_embeds": 1, "gen_ids": schedule.num_steps, "segment_ids": 1, "position_ids": 1,
+                         "past_weights": 1, **cache}  # fmt: skip
     # a writeable array passed again may have changed: it is uploaded again, and the change shows
     feeds = feeds_for(manifest, 2, 20, 16)
     first = backend.run("denoise", feeds)["confidence"].copy()
     feeds["prefix_embeds"] += 1.0
     assert not np.array_equal(backend.run("denoise", feeds)["confidence"], first)
     assert np.array_equal(backend.run("denoise", feeds)["confidence"], model(feeds)["confidence"])
+
+
+def test_a_cached_loop_sends_the_cache_once_per_refresh(fake):
+    """docs/DESIGN.md §10: between refreshes only the answer ids cross; the snapshot crosses once per refresh."""
+    manifest = fake.manifest
+    backend = TrtBackend(fake.folder, manifest)
+    rng = np.random.default_rng(2)
+    prompts = [rng.standard_normal((p, manifest.model.hidden_size)).astype(np.float32) for p in (12, 30)]
+    kept = np.array([16, 9])
+    layout, schedule = padded_layout(prompts, kept, 32, 16), plan_schedule(GenerationConfig(16, 16, 16), kept)
+    reference = types.SimpleNamespace(run=lambda graph, feeds: model(feeds), manifest=manifest,
+                                      spec=lambda graph: manifest.graph(graph).spec)  # fmt: skip
+    cache = CacheConfig("reuse", 4)
+    fake.cuda.uploads.clear()
+    got = denoise(backend, layout, schedule, Greedy(), manifest.special_tokens.mask_id, cache=cache)
+    want = denoise(reference, layout, schedule, Greedy(), manifest.special_tokens.mask_id, cache=cache)
+    assert np.array_equal(got.tokens, want.tokens) and got.refreshes.tolist() == [4, 3]  # steps 0, 4, 8, 12
+    buffers = backend._engines["denoise"].pool[0].device
+    count = {name: sum(ptr == buffers[name] for ptr, _ in fake.cuda.uploads) for name in fake.engines[0].inputs}
+    assert count["gen_ids"] == schedule.num_steps == 16 and count["prefix_embeds"] == 1
+    assert count["past_key_values.0.key"] == count["past_key_values.7.value"] == 4  # once per refresh
+    assert count["past_weights"] == 1  # reuse's weight [1] is the no-cache weight: the same array throughout
+    assert len(backend._engines["denoise"].contexts) == 2  # a profile computing the prompt, and a cached one
 
 
 def test_a_refused_input_shape_names_the_shape_and_the_profile(fake):
