@@ -7,6 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from cli_capture import cli
 
 from seer_trt.errors import ConfigError, InputError
 from seer_trt.graphs import GraphSpec, LengthBuckets, graph_specs, past_names, present_names
@@ -239,18 +240,9 @@ def test_profiles_select_the_cached_profile_for_a_cached_call():
 
 
 def _run_cli(argv: list[str]) -> tuple[int, str, str]:
-    import contextlib
-    import io
-
     from seer_trt.cli_run import main
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as stop:  # argparse's errors
-            rc = stop.code
-    return rc, out.getvalue(), err.getvalue()
+    return cli(main, argv)
 
 
 def test_seer_run_cache_flags_and_jsonl_cache_fields(fixture_export, tmp_path):

@@ -4,7 +4,6 @@ gRPC exactly as ``seer-run`` does, under concurrent load and after malformed req
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import json
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_capture import cli
 from PIL import Image
 
 from seer_trt.cli_run import main as run_main
@@ -31,16 +31,6 @@ from seer_trt.triton.repository import check_repository, plan_repository, served
 
 CONCURRENT = 24  # requests in flight at once: half over HTTP, half over gRPC
 TIMEOUT_S = 600  # per request on a busy 2-core machine
-
-
-def cli(main, argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as stop:  # argparse's errors
-            rc = stop.code
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
