@@ -7,7 +7,7 @@ Out: per-layer step-zero profiles around the true answer end (table and PNG); fo
      end-token probability) the detection quality of its best setting; the chosen calibration, optionally
      written into the model's ``config.json`` (``--write``).
 
-Probes (docs/DESIGN.md §4, "Step-zero probes"): for every layer k, scikit-learn's logistic regression on the
+Probes (docs/DESIGN.md "Seer, exactly", "Step-zero probes"): for every layer k, scikit-learn's logistic regression on the
 RMS-normalised residual stream after layer k at every answer position of the fitting split (label: at or past
 the true ``<|eot_id|>``; the detector's threshold is then chosen on another split, so the probe's fit does not
 flatter it); the scaler is folded into one weight vector and a bias, which the early-exit graph
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from seer_trt.boundary import detect
-from seer_trt.cli import fail, require_extra, save_figure
-from seer_trt.config import SeerConfig
-from seer_trt.errors import SeerError
+from seer_trt.cli.common import Parser, add_model, add_verbose, require_extra, run_main
+from seer_trt.contracts.config import SeerConfig
+from seer_trt.eval.report import save_figure, write_json
+from seer_trt.runtime.boundary import detect
 
 FIT_SEED, CHOOSE_SEED, REPORT_SEED = 17, 11, 13  # held-out seeds; the trainer uses >= 1_000_000
 SPLITS = {"fit": FIT_SEED, "choose": CHOOSE_SEED, "report": REPORT_SEED}
@@ -67,10 +67,10 @@ class Profiles:
 
 
 def probe_probability(features: np.ndarray, seer: SeerConfig) -> np.ndarray:
-    """sigmoid(w . x + b) in float32 through ``seer_export.seer.probe_score`` (the reference and the graph's)."""
+    """sigmoid(w . x + b) in float32 through ``seer_export.reference.seer.probe_score`` (the reference and the graph's)."""
     import torch
 
-    from seer_export.seer import probe_score
+    from seer_export.reference.seer import probe_score
 
     return probe_score(torch.from_numpy(features), seer).numpy()
 
@@ -78,7 +78,7 @@ def probe_probability(features: np.ndarray, seer: SeerConfig) -> np.ndarray:
 def collect(model, enc, samples, gen_length: int, tau_abs: float, batch: int = 50,
             layers: tuple[int, ...] | None = None) -> Profiles:  # fmt: skip
     """Full-depth step zero over ``samples``, recording ``layers`` (all by default)."""
-    from seer_export.seer import step_zero
+    from seer_export.reference.seer import step_zero
 
     parts = []
     for start in range(0, len(samples), batch):
@@ -294,14 +294,13 @@ def plot(profiles: Profiles, chosen: SeerConfig, path: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="seer-calibrate",
         description="Measure step-zero signals (MLP statistics and a linear probe per layer, end-token probability) "
         "on held-out prompts, compare boundary detectors per layer, and choose the model's Seer calibration: the "
         "shallowest layer meeting the premature and kept bounds.",
     )
-    ap.add_argument("--model", default="tiny-llada-v", help="registered model name (default: tiny-llada-v)")
-    ap.add_argument("--checkpoint", type=Path, help="local checkpoint folder (llada-v)")
+    add_model(ap)
     ap.add_argument("--n", type=int, default=400, help="samples per split (fit, choose, report); default 400")
     ap.add_argument(
         "--gen-length",
@@ -317,80 +316,81 @@ def build_parser() -> argparse.ArgumentParser:
                     "residual stream at every layer, position and prompt does not fit in memory")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("runs/calibrate"), help="folder for the report and PNG")
     ap.add_argument("--write", action="store_true", help="write the chosen calibration into the model's config.json")
-    ap.add_argument("--verbose", action="store_true", help="show tracebacks")
+    add_verbose(ap)
     return ap
 
 
+PROG = "seer-calibrate"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        require_extra("seer-calibrate")
-        import torch
+    return run_main(PROG, build_parser(), work, argv)
 
-        from seer_export.fixture import TaskEncoder
-        from seer_export.models.registry import load
-        from seer_trt.tasks import make_samples
 
-        model, folder = load(args.model, args.checkpoint)
-        model.eval()
-        enc = TaskEncoder(folder, model.config)
-        vision = model.config.vision
-        grid = vision.image_size // vision.patch_size
-        tau_abs = SeerConfig().tau_abs
-        depth = model.config.text.num_hidden_layers
-        considered = range(depth if args.max_layer is None else min(depth, args.max_layer + 1))
-        paper_layer = SeerConfig().probe_layer if SeerConfig().probe_layer < depth else 0
-        probed = tuple(range(max(len(considered), paper_layer + 1)))  # the paper's rule is always reported
-        paper_seer = SeerConfig().replace(probe_layer=paper_layer)
-        split: dict[str, dict[int, Profiles]] = {name: {} for name in SPLITS}
-        with torch.no_grad():
-            for name, seed in SPLITS.items():
-                for n in args.gen_length:
-                    samples = [s for s in make_samples(seed, args.n, grid, vision.patch_size)
-                               if len(enc.answer_ids(s)) < n]  # fmt: skip
-                    print(f"step zero on {len(samples)} {name} samples, N = {n}", file=sys.stderr)
-                    split[name][n] = collect(model, enc, samples, n, tau_abs, args.batch, probed)
-        n_layers = model.config.text.num_hidden_layers
-        rows, chosen, ok = calibrate(split["fit"], split["choose"], n_layers, tau_abs, args.max_premature,
-                                     args.max_kept, lambda s: print(s, file=sys.stderr), considered)  # fmt: skip
-        bar = f"premature <= {100 * args.max_premature:g} %, kept <= {args.max_kept:g}x (true + 1) on every N"
-        summary = {"model": args.model, "chosen": chosen.seer.to_dict(), "chosen_name": chosen.seer.describe(),
-                   "meets_bar": ok, "bar": bar, "max_premature": args.max_premature, "max_kept": args.max_kept,
-                   "paper": {}, "windows": {}}  # fmt: skip
-        first = split["report"][args.gen_length[0]]
-        print("\nStep-zero profile around the true end (report split, N = "
-              f"{args.gen_length[0]}; columns: position - true <|eot_id|>)")  # fmt: skip
-        print(layer_profile_table(first))
-        for n, report in split["report"].items():
-            measured = [(r, evaluate(report, r.seer, n)) for r in rows]
-            paper = evaluate(report, paper_seer, n)
-            print(f"\nDetection per layer x signal on the report split ({len(report.end)} samples, N = {n}); probes "
-                  f"fitted on one disjoint split, each row's setting chosen on another; bar: {bar}")  # fmt: skip
-            print(detection_table(measured, n_layers, chosen))
-            print(f"paper-exact rule ({paper_seer.describe()}): premature {100 * paper['premature_cut_rate']:.1f} %, "
-                  f"kept / true {paper['mean_kept_over_true']:.2f}x, no cut {100 * paper['no_cut_rate']:.1f} %")  # fmt: skip
-            summary["paper"][str(n)] = paper
-            summary["windows"][str(n)] = {"n": int(len(report.end)), "rows": [
-                {"layer": r.layer, "signal": r.family, "setting": r.seer.describe(), "meets_bar": r.meets,
-                 "layers_computed": r.seer.layers_computed(n_layers), "choose": r.choose[n], **q}
-                for r, q in measured]}  # fmt: skip
-        verdict = "meets the bar" if ok else f"NO layer meets the bar ({bar}); best honest choice"
-        print(f"\nchosen: {chosen.seer.describe()} ({verdict})")
-        args.out.mkdir(parents=True, exist_ok=True)
-        plot(first, chosen.seer, args.out / "step_zero_profile.png")
-        (args.out / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n")
-        print(f"wrote {args.out / 'calibration.json'} and {args.out / 'step_zero_profile.png'}")
-        if args.write:
-            config_path = folder / "config.json"
-            data = json.loads(config_path.read_text())
-            data["seer"] = chosen.seer.to_dict()
-            tmp = config_path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(data, indent=2) + "\n")
-            tmp.replace(config_path)
-            print(f"wrote the chosen calibration into {config_path}")
-        return 0
-    except SeerError as err:
-        return fail("seer-calibrate", err, args.verbose)
+def work(args: argparse.Namespace) -> int:
+    require_extra("seer-calibrate")
+    import torch
+
+    from seer_export.models.registry import load
+    from seer_export.reference.fixture import TaskEncoder
+    from seer_trt.eval.tasks import make_samples
+
+    model, folder = load(args.model, args.checkpoint)
+    model.eval()
+    enc = TaskEncoder(folder, model.config)
+    vision = model.config.vision
+    grid = vision.image_size // vision.patch_size
+    tau_abs = SeerConfig().tau_abs
+    depth = model.config.text.num_hidden_layers
+    considered = range(depth if args.max_layer is None else min(depth, args.max_layer + 1))
+    paper_layer = SeerConfig().probe_layer if SeerConfig().probe_layer < depth else 0
+    probed = tuple(range(max(len(considered), paper_layer + 1)))  # the paper's rule is always reported
+    paper_seer = SeerConfig().replace(probe_layer=paper_layer)
+    split: dict[str, dict[int, Profiles]] = {name: {} for name in SPLITS}
+    with torch.no_grad():
+        for name, seed in SPLITS.items():
+            for n in args.gen_length:
+                samples = [s for s in make_samples(seed, args.n, grid, vision.patch_size)
+                           if len(enc.answer_ids(s)) < n]  # fmt: skip
+                print(f"step zero on {len(samples)} {name} samples, N = {n}", file=sys.stderr)
+                split[name][n] = collect(model, enc, samples, n, tau_abs, args.batch, probed)
+    n_layers = model.config.text.num_hidden_layers
+    rows, chosen, ok = calibrate(split["fit"], split["choose"], n_layers, tau_abs, args.max_premature,
+                                 args.max_kept, lambda s: print(s, file=sys.stderr), considered)  # fmt: skip
+    bar = f"premature <= {100 * args.max_premature:g} %, kept <= {args.max_kept:g}x (true + 1) on every N"
+    summary = {"model": args.model, "chosen": chosen.seer.to_dict(), "chosen_name": chosen.seer.describe(),
+               "meets_bar": ok, "bar": bar, "max_premature": args.max_premature, "max_kept": args.max_kept,
+               "paper": {}, "windows": {}}  # fmt: skip
+    first = split["report"][args.gen_length[0]]
+    print("\nStep-zero profile around the true end (report split, N = "
+          f"{args.gen_length[0]}; columns: position - true <|eot_id|>)")  # fmt: skip
+    print(layer_profile_table(first))
+    for n, report in split["report"].items():
+        measured = [(r, evaluate(report, r.seer, n)) for r in rows]
+        paper = evaluate(report, paper_seer, n)
+        print(f"\nDetection per layer x signal on the report split ({len(report.end)} samples, N = {n}); probes "
+              f"fitted on one disjoint split, each row's setting chosen on another; bar: {bar}")  # fmt: skip
+        print(detection_table(measured, n_layers, chosen))
+        print(f"paper-exact rule ({paper_seer.describe()}): premature {100 * paper['premature_cut_rate']:.1f} %, "
+              f"kept / true {paper['mean_kept_over_true']:.2f}x, no cut {100 * paper['no_cut_rate']:.1f} %")  # fmt: skip
+        summary["paper"][str(n)] = paper
+        summary["windows"][str(n)] = {"n": int(len(report.end)), "rows": [
+            {"layer": r.layer, "signal": r.family, "setting": r.seer.describe(), "meets_bar": r.meets,
+             "layers_computed": r.seer.layers_computed(n_layers), "choose": r.choose[n], **q}
+            for r, q in measured]}  # fmt: skip
+    verdict = "meets the bar" if ok else f"NO layer meets the bar ({bar}); best honest choice"
+    print(f"\nchosen: {chosen.seer.describe()} ({verdict})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot(first, chosen.seer, args.out / "step_zero_profile.png")
+    write_json(args.out / "calibration.json", summary)
+    print(f"wrote {args.out / 'calibration.json'} and {args.out / 'step_zero_profile.png'}")
+    if args.write:
+        config_path = folder / "config.json"
+        data = json.loads(config_path.read_text())
+        data["seer"] = chosen.seer.to_dict()
+        write_json(config_path, data)
+        print(f"wrote the chosen calibration into {config_path}")
+    return 0
 
 
 if __name__ == "__main__":

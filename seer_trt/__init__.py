@@ -4,10 +4,11 @@ Imports only numpy at module level (onnxruntime, tokenizers and PIL once a pipel
 transformers and seer_export are never imported here.
 """
 
-from seer_trt.boundary import find_boundaries
-from seer_trt.config import GenerationConfig, SeerConfig, SpecialTokens
-from seer_trt.errors import CheckpointError, ConfigError, InputError, ManifestError, SeerError
-from seer_trt.pipeline import Request, Result, SeerPipeline
+from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.contracts.errors import CheckpointError, ConfigError, InputError, ManifestError, SeerError
+from seer_trt.runtime.boundary import find_boundaries
+from seer_trt.runtime.pipeline import SeerPipeline
+from seer_trt.runtime.request import Request, Result
 
 __version__ = "0.1.0"
 

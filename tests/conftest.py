@@ -2,6 +2,11 @@
 bundled fixture that the export, runtime and CLI tests share, and the Triton server files the serving test needs
 (installed on first use, so the README's test command passes on a fresh machine).
 
+Tiers (markers in pyproject.toml): ``slow``, ``serving``, ``cpp``, ``gpu``; the fast tier is what carries none,
+``python3 -m pytest -m "not slow and not serving and not cpp and not gpu"``. The fixture export takes about a minute
+of seer-export, so a test that requests it (directly or through another fixture) and names no tier is marked
+``slow`` here: it can never pull the export into the fast tier.
+
 Tests write only into pytest's temporary folders (and the Triton install into its cache folder), never into the
 working tree."""
 
@@ -13,6 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
+TIERS = ("slow", "serving", "cpp", "gpu")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "fixture_export" in item.fixturenames and not any(item.get_closest_marker(t) for t in TIERS):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -33,8 +46,8 @@ def _one_torch_thread():
 def fixture_export(tmp_path_factory) -> tuple[Path, object, str]:
     """The bundled fixture exported in fp32 by the seer-export CLI, validated, with goldens: (folder, manifest,
     the CLI's stdout)."""
-    from seer_export.cli_export import main
-    from seer_trt.manifest import Manifest
+    from seer_export.cli import main
+    from seer_trt.contracts.manifest import Manifest
 
     out = tmp_path_factory.mktemp("fixture") / "engines"
     stdout, stderr = io.StringIO(), io.StringIO()
@@ -48,6 +61,6 @@ def fixture_export(tmp_path_factory) -> tuple[Path, object, str]:
 def triton_install():
     """The tritonserver files (nvidia-pytriton's binary and a numpy<2 venv for the Python backend), installed into
     ``$SEER_TRITON_HOME`` or ``~/.cache/seer-trt/triton`` on first use (a download of about 60 MB), reused after."""
-    from seer_trt.triton.local import setup
+    from seer_trt.serving.triton.local import setup
 
     return setup()

@@ -12,18 +12,10 @@ import json
 import numpy as np
 import pytest
 
-from seer_trt.config import SeerConfig
-from seer_trt.errors import ConfigError, InputError, SeerError
-from seer_trt.preprocess import (
-    LLADA_V_PINPOINTS,
-    AnyresImage,
-    anyres_layout,
-    anyres_tiles,
-    parse_pinpoints,
-    pixel_tiles,
-    resize_and_pad,
-    select_best_resolution,
-)
+from seer_trt.contracts.config import SeerConfig
+from seer_trt.contracts.errors import ConfigError, InputError, SeerError
+from seer_trt.contracts.geometry import LLADA_V_PINPOINTS, anyres_layout, parse_pinpoints, select_best_resolution
+from seer_trt.runtime.image import AnyresImage, anyres_tiles, pixel_tiles, resize_and_pad
 
 # ---------------------------------------------------------------------------------------------- pinpoints
 

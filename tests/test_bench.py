@@ -9,12 +9,15 @@ import json
 
 import pytest
 
-from seer_export.bench import Settings, bench, headline, plot, ratio, tables
-from seer_trt.dispatch import POLICIES
-from seer_trt.evaluate import main as eval_main
-from seer_trt.pipeline import Request, SeerPipeline
+from seer_export.bench.fixture import Settings, bench, headline, plot, tables
+from seer_export.bench.rounds import ratio
+from seer_trt.cli.eval import main as eval_main
+from seer_trt.contracts.policies import POLICIES
+from seer_trt.runtime.pipeline import SeerPipeline
+from seer_trt.runtime.request import Request
 
 
+@pytest.mark.slow
 def test_seer_eval_json_plot_and_consistency(fixture_export, tmp_path):
     folder = fixture_export[0]
     out, err = io.StringIO(), io.StringIO()
@@ -52,6 +55,7 @@ def test_seer_eval_refuses_a_bad_engines_folder(tmp_path):
     assert len(errors) == 1 and "not an export folder" in errors[0]
 
 
+@pytest.mark.slow
 def test_seer_bench_report_structure(fixture_export, tmp_path):
     settings = Settings(lengths=(16, 32), single_prompts=1, single_rounds=2, batch=8, batch_gen_length=32,
                         long_batch=4, long_prompt=(60, 90), batch_rounds=2, step_lengths=(16,), step_rounds=2,
@@ -100,6 +104,7 @@ def test_ratio_is_a_ratio_of_medians_with_the_per_round_spread():
     assert r == {"value": 12.0 / 5.0, "min": 2.0, "max": 5.0, "rounds": 3}
 
 
+@pytest.mark.slow
 def test_oracle_window_is_validated(fixture_export):
     pipe = SeerPipeline.from_manifest(fixture_export[0])
     (bad,) = pipe.generate(Request("count to 3 .", window=0))
@@ -109,6 +114,7 @@ def test_oracle_window_is_validated(fixture_export):
     assert ok.ok and ok.kept == 4 and ok.steps == -(-gen.steps * 4 // gen.gen_length)
 
 
+@pytest.mark.slow
 def test_seer_eval_cache_table_compares_policies_at_equal_refreshes(fixture_export, tmp_path):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -131,10 +137,11 @@ def test_seer_eval_cache_table_compares_policies_at_equal_refreshes(fixture_expo
     assert "| forecast R=4 (order 1) |" in out.getvalue()
 
 
+@pytest.mark.slow
 def test_llada_v_shaped_bench_report_structure(fixture_export):
-    from seer_export.bench_cache import LLADA_V, MODES, bench_cache
-    from seer_export.bench_cache import Settings as CacheSettings
-    from seer_export.bench_cache import tables as cache_tables
+    from seer_export.bench.cache import LLADA_V, MODES, bench_cache
+    from seer_export.bench.cache import Settings as CacheSettings
+    from seer_export.bench.cache import tables as cache_tables
 
     settings = CacheSettings(image_tokens=(60,), text_tokens=20, gen_lengths=(32,), answers=(2, 5), rounds=1,
                              step_rounds=1, step_calls=1, baseline_cells=((60, 32),), refresh=4)  # fmt: skip

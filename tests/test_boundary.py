@@ -1,4 +1,4 @@
-"""Boundary rules of docs/DESIGN.md §4: the SNR criterion on a sparsity profile and the end-token probability rule.
+"""Boundary rules of docs/DESIGN.md "Seer, exactly": the SNR criterion on a sparsity profile and the end-token probability rule.
 
 Expected kept lengths are worked out by hand from the rule's text, never copied from the implementation.
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seer_trt.boundary import detect, find_boundaries, find_end_by_probability
-from seer_trt.config import SeerConfig
-from seer_trt.errors import ConfigError
+from seer_trt.contracts.config import SeerConfig
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.runtime.boundary import detect, find_boundaries, find_end_by_probability
 
 
 def one(row, **kwargs) -> int:
@@ -187,7 +187,7 @@ def test_bad_parameters_raise():
 
 
 def reference_snr(row, tau_jump=0.03, gamma=0.6, window=3, direction="up", margin=1) -> int:
-    """docs/DESIGN.md §4 read literally, one row, plain Python floats."""
+    """docs/DESIGN.md "Seer, exactly" read literally, one row, plain Python floats."""
     s = [float(v) for v in row]
     if direction == "down":
         s = [-v for v in s]

@@ -1,4 +1,4 @@
-"""seer-build on CPU (docs/DESIGN.md §6, §11): TensorRT-RTX parses the fixture graphs, adds profiles and builds plans
+"""seer-build on CPU (docs/DESIGN.md "Engines and profiles", "Toolchain facts"): TensorRT-RTX parses the fixture graphs, adds profiles and builds plans
 without a GPU; the manifest records the build; a failed build changes nothing; the TensorRT backend refuses
 plans of another TensorRT version or GPU with the rebuild command. No test here needs a GPU.
 """
@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from seer_trt.backend import open_backend
-from seer_trt.build import BuildOptions, parse_graph, plan_build
-from seer_trt.cli_build import main
-from seer_trt.errors import ConfigError, ManifestError
-from seer_trt.manifest import MANIFEST_FILE, SCHEMA_VERSION, EngineBuild, Manifest
-from seer_trt.profiles import Range
-from seer_trt.trt_backend import Device, EngineError, check_build, rebuild_command
+from seer_trt.backends import open_backend
+from seer_trt.backends.cuda import Device
+from seer_trt.backends.tensorrt import check_build, rebuild_command
+from seer_trt.build.engines import BuildOptions, parse_graph, plan_build
+from seer_trt.cli.build import main
+from seer_trt.contracts.errors import ConfigError, EngineError, ManifestError
+from seer_trt.contracts.manifest import MANIFEST_FILE, SCHEMA_VERSION, EngineBuild, Manifest
+from seer_trt.contracts.profiles import Range
 
 BUILT = ("embed", "step_zero")  # the smallest graph and a window graph: enough for the path, quick on 2 cores
 PROFILES = ("answer=16,64",)
@@ -63,6 +64,7 @@ def rtx_build(export_copy) -> tuple[Path, str, bytes]:
     return export_copy, out, before
 
 
+@pytest.mark.slow
 def test_every_fixture_graph_parses_with_the_manifests_inputs(trt, export_copy):
     manifest = Manifest.read(export_copy)
     logger = trt.Logger(trt.Logger.ERROR)
@@ -75,6 +77,7 @@ def test_every_fixture_graph_parses_with_the_manifests_inputs(trt, export_copy):
             assert shape == tuple(-1 if isinstance(a, str) else a for a in t.shape), (name, t.name, shape)
 
 
+@pytest.mark.slow
 def test_rtx_build_writes_plans_with_their_profiles_and_records_them(trt, rtx_build):
     folder, out, _ = rtx_build
     manifest = Manifest.read(folder)
@@ -103,6 +106,7 @@ def test_rtx_build_writes_plans_with_their_profiles_and_records_them(trt, rtx_bu
     assert f"[1] batch 1..16 (opt 4), prompt 1..{prompt[-1]} (opt {prompt_range.opt}), answer 17..64 (opt 64)" in out
 
 
+@pytest.mark.slow
 def test_build_changes_nothing_else_in_the_manifest(rtx_build):
     folder, _, before = rtx_build
     old = Manifest.from_dict(json.loads(before))
@@ -111,6 +115,7 @@ def test_build_changes_nothing_else_in_the_manifest(rtx_build):
     assert not list(folder.glob(".tensorrt-rtx.*"))  # no staging or old folders left behind
 
 
+@pytest.mark.slow
 def test_a_failed_build_leaves_the_previous_plans_and_manifest(rtx_build):
     folder, _, _ = rtx_build
     original_manifest = (folder / MANIFEST_FILE).read_bytes()
@@ -136,6 +141,7 @@ def test_a_failed_build_leaves_the_previous_plans_and_manifest(rtx_build):
         (folder / MANIFEST_FILE).write_bytes(original_manifest)
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_and_builds_nothing(export_copy):
     before = (export_copy / MANIFEST_FILE).read_bytes()
     rc, out, err = cli("--engines", str(export_copy), "--dry-run", "--profiles", "answer=16,32,64", "split=answer")
@@ -149,6 +155,7 @@ def test_dry_run_prints_the_plan_and_builds_nothing(export_copy):
     assert not (export_copy / "tensorrt").exists()
 
 
+@pytest.mark.slow
 def test_plan_build_uses_the_manifest_buckets(export_copy):
     manifest = Manifest.read(export_copy)
     plan = plan_build(manifest, BuildOptions(export_copy))
@@ -159,6 +166,7 @@ def test_plan_build_uses_the_manifest_buckets(export_copy):
         manifest.buckets.prompt[-1]] * len(answers)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, match",
     [
@@ -184,7 +192,7 @@ def test_unknown_flag_values_are_refused_by_the_parser(capsys):
 
 def test_help_imports_nothing_heavy():
     code = (
-        "import sys\nfrom seer_trt.cli_build import main\n"
+        "import sys\nfrom seer_trt.cli.build import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
         "heavy = [m for m in ('tensorrt', 'tensorrt_rtx', 'onnxruntime', 'torch') if m in sys.modules]\n"
         "print(heavy)\n"
@@ -233,6 +241,7 @@ def test_rebuild_command_names_the_flavour():
     assert rebuild_command("e", "tensorrt-rtx") == "seer-build --engines e --builder tensorrt-rtx"
 
 
+@pytest.mark.slow
 def test_open_backend_tensorrt_without_a_build_names_seer_build(export_copy):
     manifest = dataclasses.replace(Manifest.read(export_copy), builds={})
     with pytest.raises(EngineError, match=f"build them with `seer-build --engines {export_copy}`"):
@@ -241,6 +250,7 @@ def test_open_backend_tensorrt_without_a_build_names_seer_build(export_copy):
         open_backend(export_copy, manifest, "tensorflow")
 
 
+@pytest.mark.slow
 def test_a_malformed_build_record_is_a_manifest_error(rtx_build, tmp_path):
     data = json.loads((rtx_build[0] / MANIFEST_FILE).read_text())
     data["builds"]["tensorrt-rtx"]["engines"]["step_zero"]["profiles"][0]["answer"] = [16, 1, 16]

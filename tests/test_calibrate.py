@@ -1,4 +1,4 @@
-"""seer-calibrate's choice (docs/DESIGN.md §4, "Step-zero probes"): probes fitted per layer, the shallowest layer that meets
+"""seer-calibrate's choice (docs/DESIGN.md "Seer, exactly", "Step-zero probes"): probes fitted per layer, the shallowest layer that meets
 the bar, and an honest fallback when none does. Synthetic step-zero profiles with a known answer end, no model."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from seer_export.calibrate import Profiles, calibrate, evaluate, fit_probe, probe_probability
-from seer_trt.config import SeerConfig
+from seer_trt.contracts.config import SeerConfig
 
 LAYERS, DIM = 3, 6
 

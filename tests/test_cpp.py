@@ -1,4 +1,4 @@
-"""The C++ runtime (cpp/, docs/DESIGN.md §11) against the Python one: built from this checkout with the README's
+"""The C++ runtime (cpp/, docs/DESIGN.md "C++ runtime") against the Python one: built from this checkout with the README's
 commands (into a cache folder, never the working tree; configuring runs tools/ort_sdk.sh), then the same answer ids,
 L* and steps as ``SeerPipeline`` on 40 held-out fixture prompts (text and image), batch 1 and batched under every
 dispatch policy, for every signal and detector a manifest can name, with and without Seer and early stopping;
@@ -23,15 +23,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seer_trt.config import SeerConfig
-from seer_trt.cpp import CppPipeline, load_library
-from seer_trt.cpp import wheel_library as ort_library
-from seer_trt.dispatch import POLICIES
-from seer_trt.errors import ManifestError
-from seer_trt.pipeline import Request, SeerPipeline
-from seer_trt.prompt_ids import CppRequests
-from seer_trt.tasks import make_samples
+from seer_trt.contracts.config import SeerConfig
+from seer_trt.contracts.errors import ManifestError
+from seer_trt.contracts.policies import POLICIES
+from seer_trt.eval.tasks import make_samples
+from seer_trt.runtime.pipeline import SeerPipeline
+from seer_trt.runtime.request import Request
+from seer_trt.serving.cpp import CppPipeline, CppRequests, load_library
+from seer_trt.serving.cpp import wheel_library as ort_library
 
+pytestmark = pytest.mark.cpp  # every test builds (once per version of cpp/) or runs the C++ runtime
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = make_samples(23, 40)  # held-out (the trainer draws from seeds >= 1_000_000); 13 of them with an image
 CACHE = Path(os.environ.get("SEER_CPP_CACHE", Path.home() / ".cache" / "seer-trt" / "cpp"))
@@ -162,7 +163,7 @@ def test_prompt_kv_cache_equals_python(cpp, py, cpp_requests, case):
 
 def test_forecast_of_order_two_and_batch_of_one_equal_python(lib, folder, cpp_requests):
     """Three snapshots (forecast order 2, a pipeline option on both sides), one request at a time."""
-    from seer_trt.kv_cache import CacheConfig
+    from seer_trt.contracts.policies import CacheConfig
 
     py = SeerPipeline.from_manifest(folder, cache=CacheConfig(mode="forecast", refresh=2, order=2))
     python = [py.generate(r)[0] for r in py_requests()[:20]]
@@ -227,10 +228,10 @@ def test_cli_with_seer_prompt_ids_equals_seer_run(cpp_build, folder, tmp_path):
         line |= {"cache": ["reuse", "forecast"][i % 2], "refresh_interval": 2} if i % 4 == 1 else {}
         lines.append(json.dumps(line))
     (tmp_path / "requests.jsonl").write_text("\n".join(lines) + "\n")
-    out = run_cli([sys.executable, "-m", "seer_trt.prompt_ids", "--engines", folder, "--input", tmp_path / "requests.jsonl",
+    out = run_cli([sys.executable, "-m", "seer_trt.cli.prompt_ids", "--engines", folder, "--input", tmp_path / "requests.jsonl",
                    "--output", tmp_path / "cpp.jsonl", "--tiles-dir", tmp_path / "tiles"])  # fmt: skip
     assert out.returncode == 0, out.stderr
-    out = run_cli([sys.executable, "-m", "seer_trt.cli_run", "--engines", folder, "--input", tmp_path / "requests.jsonl",
+    out = run_cli([sys.executable, "-m", "seer_trt.cli.run", "--engines", folder, "--input", tmp_path / "requests.jsonl",
                    "--output", tmp_path / "python.jsonl"])  # fmt: skip
     assert out.returncode == 0, out.stderr
     out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "cpp.jsonl",
@@ -392,8 +393,8 @@ def anyres_export(tmp_path_factory) -> Path:
     import torch
     from tiny_models import tiny_config
 
-    from seer_export.cli_export import main as export_main
-    from seer_export.random_checkpoint import write_random_checkpoint
+    from seer_export.cli import main as export_main
+    from seer_export.models.random_checkpoint import write_random_checkpoint
 
     root = tmp_path_factory.mktemp("anyres")
     cfg = tiny_config(vocab=83, layers=2)  # the fixture tokenizer's vocabulary
@@ -424,7 +425,7 @@ def test_anyres_images_equal_python(lib, anyres_export, tmp_path):
 def test_bench_cpp_times_equal_answers(cpp_build, folder):
     """seer-bench --cpp's comparison (one short round): both runtimes answered alike, latencies and the time outside
     the graphs reported for both."""
-    from seer_export.bench_cpp import cpp_vs_python, table
+    from seer_export.bench.cpp import cpp_vs_python, table
 
     py = SeerPipeline.from_manifest(folder, threads=1)
     report = cpp_vs_python(
@@ -441,7 +442,7 @@ def test_bench_cpp_times_equal_answers(cpp_build, folder):
 
 def test_export_without_the_cache_refuses_a_cache_policy(lib, folder, tmp_path):
     """A window graph without cache inputs (schema 2.0, before the prompt K/V cache) runs with cache none only: the
-    C++ runtime says so at open, as seer_trt.pipeline.check_cache does, before it loads a graph. (That it runs a 2.0
+    C++ runtime says so at open, as seer_trt.contracts.policies.check_cache does, before it loads a graph. (That it runs a 2.0
     export with cache none is checked by hand in docs/bench/cpp.md: this checkout exports 2.1 only.)"""
     d = broken_copy(folder, tmp_path / "schema-2.0")
     data = json.loads((d / "manifest.json").read_text())
@@ -449,6 +450,9 @@ def test_export_without_the_cache_refuses_a_cache_policy(lib, folder, tmp_path):
     graph["inputs"] = graph["inputs"][:4]  # prefix_embeds, gen_ids, segment_ids, position_ids
     graph["outputs"] = [t for t in graph["outputs"] if not t["name"].startswith("present.")]
     (d / "manifest.json").write_text(json.dumps({**data, "schema_version": "2.0"}))
-    for cache in ({"cache": "forecast"}, {}):  # the default policy (reuse, as seer_trt.kv_cache.DEFAULT_CACHE) too
+    for cache in (
+        {"cache": "forecast"},
+        {},
+    ):  # the default policy (reuse, as seer_trt.contracts.policies.DEFAULT_CACHE) too
         with pytest.raises(ManifestError, match="takes no prompt K/V cache .exported before schema 2.1.; re-export"):
             CppPipeline(lib, d, ort_library=ort_library(), **cache)

@@ -1,4 +1,4 @@
-"""Dispatch plans, layouts and the loop's helpers (docs/DESIGN.md §4 hybrid execution), without any model."""
+"""Dispatch plans, layouts and the loop's helpers (docs/DESIGN.md "Seer, exactly" hybrid execution), without any model."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from seer_trt.denoise import Sampled, commit_top_k, uniform
-from seer_trt.dispatch import POLICIES, CostModel, plan_dispatch
-from seer_trt.errors import ConfigError
-from seer_trt.graphs import LengthBuckets
-from seer_trt.layout import packed_layout, padded_layout
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.policies import POLICIES
+from seer_trt.contracts.profiles import LengthBuckets
+from seer_trt.runtime.denoise import Sampled, commit_top_k, uniform
+from seer_trt.runtime.dispatch import CostModel, plan_dispatch
+from seer_trt.runtime.layout import packed_layout, padded_layout
 
 BUCKETS = LengthBuckets(batch=(1, 2, 4, 8), prompt=(16, 32, 64), answer=(8, 16, 32, 64))
 

@@ -1,4 +1,4 @@
-"""seer-export (docs/DESIGN.md §4-5): the ONNX graphs against the PyTorch reference, the manifest they come with, the CLI.
+"""seer-export (docs/DESIGN.md "Seer, exactly"-5): the ONNX graphs against the PyTorch reference, the manifest they come with, the CLI.
 
 Exports per module run, each graph once: the bundled fixture in fp32 through the CLI (the command a user runs,
 calibrated to a probe), the fixture in fp16, and a tiny random LLaDA-V calibrated to the MLP rule at layer 1 (the
@@ -22,23 +22,26 @@ import numpy as np
 import pytest
 import torch
 
-from seer_export import onnx_export
-from seer_export.cli_export import main
+from seer_export.cli import main
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 from seer_export.models.llada_v import LLaDAV, window_layout
 from seer_export.models.loading import load_model
+from seer_export.models.random_checkpoint import write_random_checkpoint
 from seer_export.models.registry import FIXTURE_DIR
-from seer_export.onnx_export import ExportError, ExportOptions, open_source, run_export
-from seer_export.random_checkpoint import write_random_checkpoint
-from seer_export.sampler import suppress_special
-from seer_export.seer import seer_generate, step_zero
-from seer_trt.backend import OrtBackend
-from seer_trt.config import GenerationConfig, SeerConfig
-from seer_trt.graphs import SERVING_GRAPHS, TOLERANCES, WEIGHTS_FILE
-from seer_trt.kv_cache import no_cache
-from seer_trt.layout import left_pad
-from seer_trt.layout import window_layout as np_window_layout
-from seer_trt.manifest import Manifest
+from seer_export.onnx import export as onnx_graph
+from seer_export.onnx import run as export_run
+from seer_export.onnx import source as export_source
+from seer_export.onnx.options import ExportError, ExportOptions
+from seer_export.onnx.run import open_source, run_export
+from seer_export.reference.sampler import suppress_special
+from seer_export.reference.seer import seer_generate, step_zero
+from seer_trt.backends.onnxruntime import OrtBackend
+from seer_trt.contracts.config import GenerationConfig, SeerConfig
+from seer_trt.contracts.graphs import SERVING_GRAPHS, TOLERANCES, WEIGHTS_FILE
+from seer_trt.contracts.manifest import Manifest
+from seer_trt.runtime.kv_cache import no_cache
+from seer_trt.runtime.layout import left_pad
+from seer_trt.runtime.layout import window_layout as np_window_layout
 
 # (prompt lengths, kept answer lengths, window G): one row, a left-padded batch, a longer window
 SHAPES = [((6,), (9,), 9), ((10, 3, 7), (12, 5, 12), 12), ((4, 4), (21, 21), 21)]
@@ -113,6 +116,7 @@ def torch_inputs(feeds):
 # --- the export and its report -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_writes_every_graph_tokenizer_and_manifest(fixture_export):
     out, manifest, stdout = fixture_export
     assert list(manifest.graphs) == [*SERVING_GRAPHS, "denoise_logits"]  # the session export asks for --sampling
@@ -128,6 +132,7 @@ def test_cli_writes_every_graph_tokenizer_and_manifest(fixture_export):
     assert "| denoise | x0 |" in stdout  # the parity table
 
 
+@pytest.mark.slow
 def test_parity_report_covers_every_output_padded_and_packed(fixture_export):
     _, manifest, _ = fixture_export
     report = manifest.parity
@@ -142,6 +147,7 @@ def test_parity_report_covers_every_output_padded_and_packed(fixture_export):
     assert e2e.token_agreement == e2e.window_agreement == e2e.answer_match == e2e.kept_agreement == 1.0
 
 
+@pytest.mark.slow
 def test_goldens_load_with_polygraphy(fixture_export):
     from polygraphy.comparator import RunResults
     from polygraphy.json import load_json
@@ -159,6 +165,7 @@ def test_goldens_load_with_polygraphy(fixture_export):
 # --- the graphs against the reference code paths -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompts, kept, g", SHAPES)
 def test_denoise_graphs_match_the_reference_sampler(fixture_export, fixture_model, prompts, kept, g):
     """x0 / confidence / logits as ``sampler.generate`` computes them from ``LLaDAV.forward``; p_end as
@@ -182,6 +189,7 @@ def test_denoise_graphs_match_the_reference_sampler(fixture_export, fixture_mode
     np.testing.assert_allclose(got["p_end"], p_end, atol=tol.atol, rtol=tol.rtol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompts, kept, g", SHAPES)
 def test_step_zero_graphs_match_the_seer_reference(fixture_export, fixture_model, prompts, kept, g):
     """The early exit's statistic and probe score, and the window graph's p_end on an all-mask window, as
@@ -202,6 +210,7 @@ def test_step_zero_graphs_match_the_seer_reference(fixture_export, fixture_model
     np.testing.assert_allclose(full["p_end"], zero.p_end, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_left_padded_and_packed_rows_equal_the_rows_alone(fixture_export, fixture_model):
     out, manifest, _ = fixture_export
     mask_id = manifest.special_tokens.mask_id
@@ -248,6 +257,7 @@ def test_graphs_agree_with_torch_window_layout(fixture_model):
     assert seg.dtype == np.int32 and pos.dtype == np.int64
 
 
+@pytest.mark.slow
 def test_step_zero_graph_stops_at_the_probe_layer(fixture_export):
     import onnx
 
@@ -284,10 +294,11 @@ def _stored_tensors(folder: Path) -> list[tuple[str, str, bytes]]:
     return out
 
 
+@pytest.mark.slow
 def test_no_two_files_of_an_export_hold_the_same_tensor_bytes(fixture_export):
     """Every checkpoint tensor lives once, in the shared weights file, whatever the number of graphs reading it; the
     .onnx files keep only the exporter's small constants (shapes, scalars)."""
-    from seer_export.shared_weights import INLINE_BYTES
+    from seer_export.onnx.shared_weights import INLINE_BYTES
 
     out, manifest, _ = fixture_export
     stored = _stored_tensors(out)
@@ -308,6 +319,7 @@ def test_no_two_files_of_an_export_hold_the_same_tensor_bytes(fixture_export):
 # --- fp16 ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fp16_export_is_within_its_tolerance(fixture_fp16):
     out, manifest = fixture_fp16
     assert manifest.precision == "float16" and manifest.parity.status == "passed", manifest.parity.note
@@ -316,6 +328,7 @@ def test_fp16_export_is_within_its_tolerance(fixture_fp16):
     assert rows and all(r.atol == TOLERANCES[("float16", "value")].atol for r in rows)
 
 
+@pytest.mark.slow
 def test_fp16_graphs_keep_statistics_in_fp32(fixture_fp16):
     import onnx_ir as ir
 
@@ -340,17 +353,18 @@ def test_fp16_graphs_keep_statistics_in_fp32(fixture_fp16):
     assert [v.dtype for v in denoise.graph.inputs][4:] == [ir.DataType.FLOAT] + cached  # past_weights in fp32
 
 
+@pytest.mark.slow
 def test_graphs_of_another_opset_share_one_weights_file(random_checkpoint, tmp_path):
     import onnx
     import onnxruntime as ort
 
-    from seer_export.shared_weights import SharedWeights
-    from seer_trt.graphs import graph_specs
+    from seer_export.onnx.shared_weights import SharedWeights
+    from seer_trt.contracts.graphs import graph_specs
 
     source = open_source("tiny-llada-v", random_checkpoint)
-    specs = graph_specs(onnx_export.model_dims(source.config), "float32", ("embed", "denoise"))
+    specs = graph_specs(export_source.model_dims(source.config), "float32", ("embed", "denoise"))
     weights = SharedWeights(tmp_path)
-    entries = {n: onnx_export.export_graph(s, "float32", source, 22, tmp_path / f"{n}.onnx", weights)[0]
+    entries = {n: onnx_graph.export_graph(s, "float32", source, 22, tmp_path / f"{n}.onnx", weights)[0]
                for n, s in specs.items()}  # fmt: skip
     info = weights.close()
     assert entries["embed"].external_data == entries["denoise"].external_data == WEIGHTS_FILE
@@ -372,12 +386,14 @@ def paper_path_export(random_checkpoint, tmp_path_factory) -> tuple[Path, Manife
     return out, run_export(ExportOptions(checkpoint=random_checkpoint, out=out, samples=4), log=lambda line: None)
 
 
+@pytest.mark.slow
 def test_paper_path_runs_the_early_exit_and_matches_seer_generate(paper_path_export, random_checkpoint):
     """The runtime, on an export calibrated to mlp_sparsity at layer 1, gives the L* and tokens of ``seer_generate``
     in PyTorch; step zero runs the early-exit graph (layers 0-1), then step 0 runs on the truncated windows."""
-    from seer_export.fixture import TaskEncoder
-    from seer_trt.pipeline import Request, SeerPipeline
-    from seer_trt.tasks import make_samples
+    from seer_export.reference.fixture import TaskEncoder
+    from seer_trt.eval.tasks import make_samples
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request
 
     out, manifest = paper_path_export
     assert manifest.parity.status == "passed", manifest.parity.note
@@ -411,7 +427,7 @@ def test_paper_path_runs_the_early_exit_and_matches_seer_generate(paper_path_exp
 
 
 def test_help_imports_no_torch():
-    code = "import sys; from seer_export.cli_export import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+    code = "import sys; from seer_export.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
     code += "assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -460,6 +476,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, expect, random_checkpoint, tmp_p
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_checkpoint, tmp_path, monkeypatch):
     out = tmp_path / "engines"
     out.mkdir()
@@ -470,7 +487,7 @@ def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_c
     assert rc == 2 and "--force" in stderr
 
     calls = []
-    real = onnx_export.export_graph
+    real = export_run.export_graph
 
     def fail_second(*args, **kwargs):
         calls.append(args[0].name)
@@ -478,7 +495,7 @@ def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_c
             raise ExportError("simulated failure while exporting the second graph")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(onnx_export, "export_graph", fail_second)
+    monkeypatch.setattr(export_run, "export_graph", fail_second)
     rc, _, stderr = quiet_main([*base, "--force", "--graphs", "embed", "denoise"])
     assert rc == 2 and "simulated failure" in stderr
     assert [p.name for p in tmp_path.iterdir()] == ["engines"]  # no staging folder left behind
@@ -492,7 +509,7 @@ def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_c
 
 
 def test_validation_that_cannot_fit_in_memory_is_refused_up_front(random_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(onnx_export, "_available_ram", lambda: 1024)
+    monkeypatch.setattr(export_run, "_available_ram", lambda: 1024)
     rc, _, stderr = quiet_main(["--checkpoint", str(random_checkpoint), "--out", str(tmp_path / "o")])
     assert rc == 2 and "--no-validate" in stderr and not (tmp_path / "o").exists()
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from seer_export.fixture import TaskEncoder
 from seer_export.models.registry import FIXTURE_DIR, load
-from seer_export.reference import PAPER, answer_of, metrics, run_modes
-from seer_export.seer import step_zero
-from seer_trt.config import GenerationConfig, SeerConfig
-from seer_trt.tasks import make_samples
+from seer_export.reference.fixture import TaskEncoder
+from seer_export.reference.run import PAPER, answer_of, metrics, run_modes
+from seer_export.reference.seer import step_zero
+from seer_trt.contracts.config import GenerationConfig, SeerConfig
+from seer_trt.eval.tasks import make_samples
 
 N_SAMPLES = 40
 HELD_OUT = 7
@@ -66,6 +66,7 @@ def results(fixture):
     return modes, metrics(modes, truth), truth
 
 
+@pytest.mark.slow
 def test_seer_keeps_accuracy_and_cuts_near_the_end(results):
     modes, m, truth = results
     seer = m["calibrated"]
@@ -108,7 +109,7 @@ def run_cli(module, *args):
 
 
 def test_reference_cli_rejects_unknown_model():
-    out = run_cli("seer_export.reference", "--model", "no-such-model")
+    out = run_cli("seer_export.reference.run", "--model", "no-such-model")
     assert out.returncode == 2
     assert "no-such-model" in out.stderr and "tiny-llada-v" in out.stderr
     assert "Traceback" not in out.stderr
@@ -122,6 +123,7 @@ def test_calibrate_cli_without_checkpoint_says_how_to_provide_one(tmp_path, monk
     assert "--checkpoint" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_calibrate_cli_writes_report_png_and_config(tmp_path):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(FIXTURE_DIR, ckpt)

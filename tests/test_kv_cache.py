@@ -1,4 +1,4 @@
-"""The prompt K/V cache (docs/DESIGN.md §10): the ResilPhase forecast weights, the refresh schedule, the window
+"""The prompt K/V cache (docs/DESIGN.md "Prompt K/V cache"): the ResilPhase forecast weights, the refresh schedule, the window
 graph's cached call against its uncached one, and the cache policies through the pipeline on the fixture export."""
 
 from __future__ import annotations
@@ -9,23 +9,16 @@ import numpy as np
 import pytest
 from cli_capture import cli
 
-from seer_trt.errors import ConfigError, InputError
-from seer_trt.graphs import GraphSpec, LengthBuckets, graph_specs, past_names, present_names
-from seer_trt.kv_cache import (
-    DEFAULT_CACHE,
-    EXACT,
-    CacheConfig,
-    GroupCache,
-    cache_bytes,
-    forecast_weights,
-    lagrange_weights,
-    no_cache,
-    phase,
-)
-from seer_trt.layout import padded_layout
-from seer_trt.pipeline import Request, SeerPipeline
-from seer_trt.tasks import make_samples
-from seer_trt.trt_backend import frozen
+from seer_trt.backends.tensorrt import frozen
+from seer_trt.contracts.errors import ConfigError, InputError
+from seer_trt.contracts.graphs import GraphSpec, graph_specs, past_names, present_names
+from seer_trt.contracts.policies import DEFAULT_CACHE, EXACT, CacheConfig
+from seer_trt.contracts.profiles import LengthBuckets
+from seer_trt.eval.tasks import make_samples
+from seer_trt.runtime.kv_cache import GroupCache, cache_bytes, forecast_weights, lagrange_weights, no_cache, phase
+from seer_trt.runtime.layout import padded_layout
+from seer_trt.runtime.pipeline import SeerPipeline
+from seer_trt.runtime.request import Request
 
 DIMS = {"hidden": 16, "vocab": 11, "layers": 2, "kv_heads": 2, "head_dim": 8, "image_size": 8, "tile_tokens": 4}
 SAMPLES = make_samples(23, 12)  # held-out: the trainer draws from seeds >= 1_000_000
@@ -148,11 +141,11 @@ def pipe(fixture_export) -> SeerPipeline:
     return SeerPipeline.from_manifest(fixture_export[0])
 
 
+@pytest.mark.slow
 def test_a_cached_step_on_the_current_prompt_kv_is_the_uncached_step(pipe):
     """The graph's cached path: fed the K/V of the very answer state it computes (any weights summing to 1 over
     identical snapshots), a step without the prompt gives the uncached step's x0 and confidence."""
-    enc = pipe.encoder
-    rows = [enc.encode(s.question, s.image).embeds for s in SAMPLES[:3]]
+    rows = [pipe.encode(s.question, s.image).embeds for s in SAMPLES[:3]]
     p = max(len(r) for r in rows)
     layout = padded_layout(rows, np.array([9, 5, 7]), p, 9)  # left-padded rows of different windows
     spec = pipe.backend.spec("denoise")
@@ -183,6 +176,7 @@ def _windows(results) -> list[tuple[int, ...]]:
     return [r.window for r in results]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["static", "packed"])
 def test_refreshing_every_step_is_the_exact_loop(pipe, policy):
     exact = pipe.generate_batch([Request(s.question, s.image, cache="none") for s in SAMPLES], policy=policy).results
@@ -193,6 +187,7 @@ def test_refreshing_every_step_is_the_exact_loop(pipe, policy):
         assert [r.refreshes for r in every] == [r.steps for r in every] == [r.refreshes for r in exact]
 
 
+@pytest.mark.slow
 def test_cached_policies_refresh_less_and_count_it(pipe):
     exact = pipe.generate([Request(s.question, s.image, gen_length=64, cache="none") for s in SAMPLES])
     steps = [r.steps for r in exact]
@@ -208,9 +203,10 @@ def test_cached_policies_refresh_less_and_count_it(pipe):
     assert r.ok and r.refreshes < r.steps
 
 
+@pytest.mark.slow
 def test_the_default_cache_gives_the_same_tokens_under_every_dispatch_policy(pipe):
     """The cache is computed in each plan's own layout (padded, packed, alone); a row's answer does not depend on it."""
-    from seer_trt.dispatch import POLICIES
+    from seer_trt.contracts.policies import POLICIES
 
     assert pipe.cache == DEFAULT_CACHE and DEFAULT_CACHE.mode != "none"
     requests = [Request(s.question, s.image) for s in SAMPLES]
@@ -220,6 +216,7 @@ def test_the_default_cache_gives_the_same_tokens_under_every_dispatch_policy(pip
     assert all(r.refreshes < r.steps for r in out["per_request"] if r.steps > DEFAULT_CACHE.refresh)
 
 
+@pytest.mark.slow
 def test_bad_cache_requests_fail_alone(pipe):
     out = pipe.generate([Request(SAMPLES[0].question, refresh_interval=0, cache="reuse"), Request(SAMPLES[0].question)])
     assert "refresh interval 0" in out[0].error and out[1].ok
@@ -228,7 +225,7 @@ def test_bad_cache_requests_fail_alone(pipe):
 
 
 def test_profiles_select_the_cached_profile_for_a_cached_call():
-    from seer_trt.profiles import plan_profiles, select_profile
+    from seer_trt.contracts.profiles import plan_profiles, select_profile
 
     spec = _spec()
     plan = plan_profiles({"denoise": [(t.name, t.shape) for t in spec.inputs]}, LengthBuckets())
@@ -240,11 +237,12 @@ def test_profiles_select_the_cached_profile_for_a_cached_call():
 
 
 def _run_cli(argv: list[str]) -> tuple[int, str, str]:
-    from seer_trt.cli_run import main
+    from seer_trt.cli.run import main
 
     return cli(main, argv)
 
 
+@pytest.mark.slow
 def test_seer_run_cache_flags_and_jsonl_cache_fields(fixture_export, tmp_path):
     import json
 

@@ -21,7 +21,7 @@ from seer_export.models import (
     resolve_checkpoint,
 )
 from seer_export.models.registry import FIXTURE_DIR
-from seer_trt.errors import CheckpointError, ConfigError
+from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 torch.set_num_threads(1)
 

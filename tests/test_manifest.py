@@ -1,4 +1,4 @@
-"""The graph contract and ``manifest.json`` (docs/DESIGN.md §5): specs, JSON round trip, version policy, error messages.
+"""The graph contract and ``manifest.json`` (docs/DESIGN.md "Graphs and their contract"): specs, JSON round trip, version policy, error messages.
 
 Runtime tier: nothing here imports torch; the manifest is built by hand from ``seer_trt`` types.
 """
@@ -10,20 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from seer_trt.config import GenerationConfig, SeerConfig, SpecialTokens
-from seer_trt.errors import ConfigError, ManifestError, SeerError
-from seer_trt.graphs import (
+from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.contracts.errors import ConfigError, ManifestError, SeerError
+from seer_trt.contracts.graphs import (
     GRAPH_NAMES,
     GRAPHS,
     SERVING_GRAPHS,
     TOLERANCES,
     WEIGHTS_FILE,
-    LengthBuckets,
     TensorSpec,
     graph_specs,
     tolerance,
 )
-from seer_trt.manifest import (
+from seer_trt.contracts.manifest import (
     MANIFEST_FILE,
     SCHEMA_VERSION,
     EndToEnd,
@@ -39,6 +38,7 @@ from seer_trt.manifest import (
     read_weights_index,
     write_weights_index,
 )
+from seer_trt.contracts.profiles import LengthBuckets
 
 DIMS = {"hidden": 128, "vocab": 103, "layers": 8, "kv_heads": 4, "head_dim": 32, "image_size": 32, "tile_tokens": 16}
 
@@ -231,8 +231,8 @@ def test_weights_index_round_trips_one_line_per_tensor(tmp_path: Path):
 
 
 def _with_build() -> Manifest:
-    from seer_trt.manifest import EngineBuild, EngineFile
-    from seer_trt.profiles import Profile, Range
+    from seer_trt.contracts.manifest import EngineBuild, EngineFile
+    from seer_trt.contracts.profiles import Profile, Range
 
     profiles = tuple(
         Profile((("batch", Range(1, 4, 16)), ("prompt", Range(1, 128, 512)), ("answer", Range(lo, hi, hi))))

@@ -1,12 +1,13 @@
-"""Profile planning and selection (docs/DESIGN.md §6): pure arithmetic on the graph specs, no TensorRT, no GPU."""
+"""Profile planning and selection (docs/DESIGN.md "Engines and profiles"): pure arithmetic on the graph specs, no TensorRT, no GPU."""
 
 from __future__ import annotations
 
 import pytest
 
-from seer_trt.errors import ConfigError
-from seer_trt.graphs import LengthBuckets, graph_specs
-from seer_trt.profiles import (
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.graphs import graph_specs
+from seer_trt.contracts.profiles import (
+    LengthBuckets,
     Profile,
     Range,
     max_sizes,

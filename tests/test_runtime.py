@@ -1,4 +1,4 @@
-"""The runtime pipeline on the fixture export (docs/DESIGN.md §2, §4): tokens equal to the PyTorch reference, with and
+"""The runtime pipeline on the fixture export (docs/DESIGN.md "Layout and dependency direction", "Seer, exactly"): tokens equal to the PyTorch reference, with and
 without Seer, in batches of one and mixed batches, under every dispatch policy and from several threads; bad
 input failing alone; the export folder checked; seer-run."""
 
@@ -19,20 +19,22 @@ import pytest
 import torch
 from test_imports import BLOCKER
 
-from seer_export.fixture import TaskEncoder
 from seer_export.models.loading import load_model
 from seer_export.models.registry import FIXTURE_DIR
-from seer_export.sampler import generate
-from seer_export.seer import seer_generate
-from seer_trt.backend import OrtBackend
-from seer_trt.cli_run import main as run_main
-from seer_trt.config import SeerConfig
-from seer_trt.dispatch import POLICIES
-from seer_trt.errors import ConfigError, ManifestError
-from seer_trt.kv_cache import no_cache
-from seer_trt.pipeline import Request, SeerPipeline
-from seer_trt.tasks import make_samples
+from seer_export.reference.fixture import TaskEncoder
+from seer_export.reference.sampler import generate
+from seer_export.reference.seer import seer_generate
+from seer_trt.backends.onnxruntime import OrtBackend
+from seer_trt.cli.run import main as run_main
+from seer_trt.contracts.config import SeerConfig
+from seer_trt.contracts.errors import ConfigError, ManifestError
+from seer_trt.contracts.policies import POLICIES
+from seer_trt.eval.tasks import make_samples
+from seer_trt.runtime.kv_cache import no_cache
+from seer_trt.runtime.pipeline import SeerPipeline
+from seer_trt.runtime.request import Request
 
+pytestmark = pytest.mark.slow  # every test runs the fixture export (a minute of seer-export)
 SAMPLES = make_samples(11, 10)  # held-out: the trainer draws from seeds >= 1_000_000
 
 
@@ -85,7 +87,7 @@ def test_pipeline_tokens_equal_the_pytorch_reference(pipe, reference, mode):
     eot = pipe.manifest.special_tokens.eot_id
     for r in results:  # the answer is the window up to <|eot_id|>, and the text is its decoding
         assert list(r.token_ids) == (list(r.window)[: list(r.window).index(eot)] if eot in r.window else list(r.window))
-        assert r.text == pipe.encoder.tokenizer.decode(list(r.token_ids), skip_special_tokens=True)
+        assert r.text == pipe.prompts.tokenizer.decode(list(r.token_ids), skip_special_tokens=True)
         assert set(r.seconds) >= {"preprocess", "step_zero", "boundary", "dispatch", "denoise", "detokenize"}
     if mode != "baseline":
         assert max(r.steps for r in results) < pipe.manifest.generation.steps  # truncation / stopping saved steps
@@ -328,7 +330,7 @@ def test_seer_run_errors_are_one_line_exit_2(fixture_export, tmp_path, argv, wor
 
 def test_generation_runs_with_torch_and_seer_export_blocked(fixture_export):
     code = BLOCKER + (
-        "from seer_trt.pipeline import SeerPipeline\n"
+        "from seer_trt.runtime.pipeline import SeerPipeline\n"
         f"pipe = SeerPipeline.from_manifest({str(fixture_export[0])!r})\n"
         "r = pipe.generate('count to 4 .')[0]\n"
         "assert r.ok and r.kept >= 1, r\n"

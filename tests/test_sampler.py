@@ -1,6 +1,6 @@
 """The PyTorch reference sampler (LLaDA-V ``generate_with_embeds`` semantics, batched) and Seer's step zero.
 
-A tiny random LLaDA-V is built in the test; what is checked follows docs/DESIGN.md §3-4, not the code's own output:
+A tiny random LLaDA-V is built in the test; what is checked follows docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch"-4, not the code's own output:
 commit counts per step, block order, suppression, batch == batch 1 under left padding, seeding, reuse of
 step 0's logits, and the MLP statistics recomputed by hand.
 """
@@ -18,12 +18,12 @@ from torch import nn
 
 from seer_export.models.llada import attention_mask, rope
 from seer_export.models.llada_v import LLaDAV, left_pad_prompts, window_layout
-from seer_export.sampler import commit_top_k, generate, suppress_special
-from seer_export.seer import capture_mlp, seer_generate, step_zero
-from seer_trt.boundary import find_boundaries, find_end_by_probability
-from seer_trt.config import GenerationConfig, SeerConfig, SpecialTokens
-from seer_trt.errors import ConfigError
-from seer_trt.preprocess import IMAGE_PLACEHOLDER
+from seer_export.reference.sampler import commit_top_k, generate, suppress_special
+from seer_export.reference.seer import capture_mlp, seer_generate, step_zero
+from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER
+from seer_trt.runtime.boundary import find_boundaries, find_end_by_probability
 
 VOCAB = 40
 SPECIAL = SpecialTokens(mask_id=39, endoftext_id=30, startoftext_id=31, eot_id=32, start_header_id=33, end_header_id=34)
@@ -107,7 +107,7 @@ def test_left_pad_prompts():
 def test_window_layout_left_padding_and_kept():
     valid = torch.tensor([[False, False, True, True], [True, True, True, True], [False, False, False, True]])
     segment_ids, position_ids = window_layout(valid, torch.tensor([2, 3, 1]), 3)
-    assert segment_ids.dtype == torch.int32  # graph contract (docs/DESIGN.md §5)
+    assert segment_ids.dtype == torch.int32  # graph contract (docs/DESIGN.md "Graphs and their contract")
     assert segment_ids.tolist() == [
         [0, 0, 1, 1, 1, 1, 0],  # padding, prompt, kept answer positions, dropped answer position
         [1, 1, 1, 1, 1, 1, 1],

@@ -1,7 +1,7 @@
-"""Step budget and block layout (docs/DESIGN.md §3-4) and the configuration dataclasses they read.
+"""Step budget and block layout (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch"-4) and the configuration dataclasses they read.
 
 Expected plans are worked out by hand from LLaDA-V's ``generate_with_embeds`` (``steps // num_blocks`` steps
-per block, a block's masks spread evenly with the remainder on the earliest steps) and docs/DESIGN.md §4 truncation.
+per block, a block's masks spread evenly with the remainder on the earliest steps) and docs/DESIGN.md "Seer, exactly" truncation.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from seer_trt.config import GenerationConfig, SeerConfig, SpecialTokens, read_json
-from seer_trt.errors import ConfigError, SeerError
-from seer_trt.schedule import Schedule, plan_schedule, truncated_steps
+from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens, read_json
+from seer_trt.contracts.errors import ConfigError, SeerError
+from seer_trt.runtime.schedule import Schedule, plan_schedule, truncated_steps
 
 
 def plan(n: int, steps: int, block: int, kept=None, batch: int = 1) -> Schedule:

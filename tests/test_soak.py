@@ -7,11 +7,14 @@ import io
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
-from seer_trt.backend import OrtBackend
-from seer_trt.pipeline import Request, SeerPipeline
+from seer_trt.backends.onnxruntime import OrtBackend
+from seer_trt.runtime.pipeline import SeerPipeline
+from seer_trt.runtime.request import Request
 
+pytestmark = pytest.mark.slow  # the soak: a thousand requests
 REQUESTS = 1000
 # requests before the baseline: every graph, path and bucket has been met. Since the window graph returns the
 # prompt K/V (manifest 2.1), this seed first meets its largest shapes between requests 200 and 400: ONNX Runtime

@@ -1,4 +1,4 @@
-"""seer-triton (docs/DESIGN.md §7): repositories generated strictly and checked against the manifest, and the CPU flavour
+"""seer-triton (docs/DESIGN.md "Serving and embedding"): repositories generated strictly and checked against the manifest, and the CPU flavour
 served by a real ``tritonserver`` (the binary bundled in nvidia-pytriton) on 127.0.0.1, answering over HTTP and
 gRPC exactly as ``seer-run`` does, under concurrent load and after malformed requests."""
 
@@ -18,16 +18,16 @@ import pytest
 from cli_capture import cli
 from PIL import Image
 
-from seer_trt.cli_run import main as run_main
-from seer_trt.cli_triton import main as triton_main
-from seer_trt.config import SeerConfig
-from seer_trt.errors import ConfigError
-from seer_trt.manifest import Manifest
-from seer_trt.step_zero import step_zero_graph
-from seer_trt.tasks import make_samples
-from seer_trt.triton import pbtxt
-from seer_trt.triton.local import LocalServer, ServerInstall
-from seer_trt.triton.repository import check_repository, plan_repository, served_graphs, write_repository
+from seer_trt.cli.run import main as run_main
+from seer_trt.cli.triton import main as triton_main
+from seer_trt.contracts.config import SeerConfig
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.manifest import Manifest
+from seer_trt.eval.tasks import make_samples
+from seer_trt.runtime.step_zero import step_zero_graph
+from seer_trt.serving.triton import pbtxt
+from seer_trt.serving.triton.local import LocalServer, ServerInstall
+from seer_trt.serving.triton.repository import check_repository, plan_repository, served_graphs, write_repository
 
 CONCURRENT = 24  # requests in flight at once: half over HTTP, half over gRPC
 TIMEOUT_S = 600  # per request on a busy 2-core machine
@@ -51,6 +51,7 @@ def io_of(config, which: str) -> list[tuple[str, str, list[int]]]:
     return [(t.name, t.data_type, list(t.dims)) for t in pbtxt.tensors(config, which)]
 
 
+@pytest.mark.slow
 def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_export):
     _, manifest, _ = fixture_export
     found = configs(cpu_repo)
@@ -91,9 +92,10 @@ def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_e
     assert Manifest.read(cpu_repo / "seer" / "1" / "export") == manifest
 
 
+@pytest.mark.slow
 def test_the_orchestrator_carries_the_cache_policy_it_was_given(fixture_export):
-    from seer_trt.kv_cache import CacheConfig
-    from seer_trt.triton.repository import plan_repository
+    from seer_trt.contracts.policies import CacheConfig
+    from seer_trt.serving.triton.repository import plan_repository
 
     folder, _, _ = fixture_export
     (orchestrator,) = [m for m in plan_repository(folder, "cpu").models if m.name == "seer"]
@@ -103,6 +105,7 @@ def test_the_orchestrator_carries_the_cache_policy_it_was_given(fixture_export):
     assert CacheConfig.from_dict(json.loads(dict(orchestrator.parameters)["cache"])) == CacheConfig("forecast", 3, 2)
 
 
+@pytest.mark.slow
 def test_served_graphs_follow_the_calibration(fixture_export):
     """The early exit where the signal lives below the head; only the window graph for the end-token fallback;
     denoise_logits where the export has it (--sampling)."""
@@ -116,6 +119,7 @@ def test_served_graphs_follow_the_calibration(fixture_export):
     assert served_graphs(greedy_only) == ["embed", "vision", "step_zero", "denoise"]
 
 
+@pytest.mark.slow
 def test_gpu_flavour_uses_tensorrt_plans_and_onnxruntime_without_them(fixture_export, tmp_path):
     folder, manifest, _ = fixture_export
     export = tmp_path / "export"
@@ -146,9 +150,10 @@ def test_gpu_flavour_uses_tensorrt_plans_and_onnxruntime_without_them(fixture_ex
     assert io_of(found["seer_denoise"], "input") == io_of(configs(tmp_path / "ort")["llada_denoise"], "input")
 
 
+@pytest.mark.slow
 def test_gpu_flavour_reads_the_profiles_seer_build_recorded(fixture_export, tmp_path):
-    from seer_trt.manifest import EngineBuild, EngineFile
-    from seer_trt.profiles import plan_profiles
+    from seer_trt.contracts.manifest import EngineBuild, EngineFile
+    from seer_trt.contracts.profiles import plan_profiles
 
     folder, manifest, _ = fixture_export
     export = tmp_path / "export"
@@ -176,6 +181,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "damage, words",
     [
@@ -201,6 +207,7 @@ def test_checks_name_what_is_wrong(cpu_repo, tmp_path, damage, words):
     assert words in str(err.value)
 
 
+@pytest.mark.slow
 def test_tensorrt_profile_indices_must_exist(fixture_export, tmp_path):
     folder, manifest, _ = fixture_export
     export = tmp_path / "export"
@@ -215,6 +222,7 @@ def test_tensorrt_profile_indices_must_exist(fixture_export, tmp_path):
         check_repository(repo)
 
 
+@pytest.mark.slow
 def test_templates_are_strict_and_checked_by_parsing(fixture_export):
     plan = plan_repository(fixture_export[0], "cpu")
     model = plan.models[1]
@@ -227,6 +235,7 @@ def test_templates_are_strict_and_checked_by_parsing(fixture_export):
         pbtxt.TensorConfig("x", "TYPE_FLOAT", (1,))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -246,6 +255,7 @@ def test_seer_triton_errors_are_one_line_exit_2(fixture_export, cpu_repo, tmp_pa
     assert not list(tmp_path.glob(".repo.partial-*"))  # nothing half-written is left
 
 
+@pytest.mark.slow
 def test_force_replaces_a_repository_and_help_is_light(fixture_export, cpu_repo, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(cpu_repo, repo)
@@ -255,7 +265,7 @@ def test_force_replaces_a_repository_and_help_is_light(fixture_export, cpu_repo,
     assert rc == 0, err
     assert not (repo / "stale").exists() and check_repository(repo)
     code = (
-        "import sys\nfrom seer_trt.cli_triton import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n"
+        "import sys\nfrom seer_trt.cli.triton import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n"
         "    assert e.code == 0\nheavy = {'onnxruntime', 'jinja2', 'tritonclient', 'tokenizers', 'PIL', 'torch'}\n"
         "print(sorted(heavy & set(sys.modules)))"
     )
@@ -376,6 +386,7 @@ def clients(server):
     grpc.close()
 
 
+@pytest.mark.serving
 def test_served_answers_equal_seer_run_over_http_and_grpc(clients, expected):
     assert clients.http.is_model_ready("seer") and clients.grpc.is_model_ready("seer")
     for case, want in zip(CASES, expected, strict=True):
@@ -386,6 +397,7 @@ def test_served_answers_equal_seer_run_over_http_and_grpc(clients, expected):
     assert any(c.image for c in CASES) and any(w["kept"] < w["gen_length"] for w in expected)  # images, truncation
 
 
+@pytest.mark.serving
 def test_a_request_may_carry_several_rows(clients, expected):
     module = clients.httpclient
     prompts = module.InferInput("prompt", [2, 1], "BYTES")
@@ -400,6 +412,7 @@ def test_a_request_may_carry_several_rows(clients, expected):
         clients.http.infer("seer", [prompts])
 
 
+@pytest.mark.serving
 def test_concurrent_requests_are_all_answered(clients, expected):
     import queue
 
@@ -427,6 +440,7 @@ def test_concurrent_requests_are_all_answered(clients, expected):
     assert stats["inference_count"] >= CONCURRENT and stats["execution_count"] <= stats["inference_count"]
 
 
+@pytest.mark.serving
 @pytest.mark.parametrize(
     "build, words",
     [
@@ -449,6 +463,7 @@ def test_malformed_request_gets_an_error_and_the_server_keeps_serving(clients, e
     assert answer(client.infer("seer", inputs(module, CASES[0]))) == wanted(expected[0])
 
 
+@pytest.mark.serving
 def test_readme_client_snippet_runs_against_the_server(server):
     """The README's Python client snippet, verbatim, pointed at this server through TRITON_GRPC."""
     import os

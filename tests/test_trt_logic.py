@@ -13,19 +13,22 @@ import types
 
 import numpy as np
 import pytest
+from test_manifest import make_manifest
 
-from seer_trt import trt_backend
-from seer_trt.config import GenerationConfig
-from seer_trt.denoise import Greedy, denoise
-from seer_trt.errors import InputError
-from seer_trt.graphs import LengthBuckets
-from seer_trt.kv_cache import CacheConfig, no_cache
-from seer_trt.layout import packed_layout, padded_layout
-from seer_trt.manifest import EngineBuild, EngineFile, Manifest
-from seer_trt.pipeline import Request, SeerPipeline
-from seer_trt.profiles import plan_profiles, select_profile
-from seer_trt.schedule import plan_schedule
-from seer_trt.trt_backend import Device, EngineError, TrtBackend, buckets_of
+from seer_trt.backends import tensorrt as trt_backend
+from seer_trt.backends.cuda import Device
+from seer_trt.backends.tensorrt import TrtBackend, buckets_of
+from seer_trt.contracts.config import GenerationConfig
+from seer_trt.contracts.errors import EngineError, InputError
+from seer_trt.contracts.manifest import EngineBuild, EngineFile, Manifest
+from seer_trt.contracts.policies import CacheConfig
+from seer_trt.contracts.profiles import LengthBuckets, plan_profiles, select_profile
+from seer_trt.runtime.denoise import Greedy, denoise
+from seer_trt.runtime.kv_cache import no_cache
+from seer_trt.runtime.layout import packed_layout, padded_layout
+from seer_trt.runtime.pipeline import SeerPipeline
+from seer_trt.runtime.request import Request
+from seer_trt.runtime.schedule import plan_schedule
 
 BUCKETS = LengthBuckets(batch=(1, 4), prompt=(32, 64), answer=(16, 32, 64))
 
@@ -154,9 +157,27 @@ class FakeEngine:
 
 
 @pytest.fixture
-def fake(fixture_export, tmp_path, monkeypatch):
-    """A TensorRT build of the fixture's denoise graph (3 profiles, one per answer bucket) on fake TensorRT/CUDA."""
-    folder, manifest, _ = fixture_export
+def fake(tmp_path, monkeypatch):
+    """A TensorRT build of the fixture's denoise graph (3 profiles, one per answer bucket) on fake TensorRT/CUDA,
+    from a manifest made by hand with the fixture's dimensions (its denoise spec is the export's: checked below)."""
+    return fake_build(make_manifest("float32"), tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def fake_export(fixture_export, tmp_path, monkeypatch):
+    """The same build recorded in the fixture export's own manifest (for a pipeline on the export folder)."""
+    return fake_build(fixture_export[1], tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_the_hand_made_manifest_has_the_exports_denoise_spec(fixture_export):
+    manifest = make_manifest("float32")
+    assert manifest.graph("denoise").spec == fixture_export[1].graph("denoise").spec
+    assert manifest.model.hidden_size == fixture_export[1].model.hidden_size
+
+
+def fake_build(manifest: Manifest, tmp_path, monkeypatch):
+    """``manifest`` with a recorded TensorRT build of its denoise graph, TensorRT and CUDA replaced by the fakes."""
     spec = manifest.graph("denoise").spec
     profiles = plan_profiles({"denoise": [(t.name, t.shape) for t in spec.inputs]}, BUCKETS).graphs["denoise"]
     (tmp_path / "tensorrt").mkdir()
@@ -183,7 +204,7 @@ def fake(fixture_export, tmp_path, monkeypatch):
                                 ExecutionContextAllocationStrategy=types.SimpleNamespace(ON_PROFILE_CHANGE=1))  # fmt: skip
     monkeypatch.setattr(trt_backend, "import_tensorrt", lambda builder: trt)
     monkeypatch.setattr(trt_backend, "cuda_device", lambda index=0: Device("NVIDIA H200", "9.0"))
-    monkeypatch.setattr(trt_backend, "_Cuda", make_cuda)
+    monkeypatch.setattr(trt_backend, "Cuda", make_cuda)
     state.manifest, state.folder, state.profiles, state.spec = manifest, tmp_path, profiles, spec
     return state
 
@@ -252,7 +273,7 @@ def test_loop_invariant_inputs_cross_once_per_group(fake):
 
 
 def test_a_cached_loop_sends_the_cache_once_per_refresh(fake):
-    """docs/DESIGN.md §10: between refreshes only the answer ids cross; the snapshot crosses once per refresh."""
+    """docs/DESIGN.md "Prompt K/V cache": between refreshes only the answer ids cross; the snapshot crosses once per refresh."""
     manifest = fake.manifest
     backend = TrtBackend(fake.folder, manifest)
     rng = np.random.default_rng(2)
@@ -333,14 +354,15 @@ def test_concurrent_calls_take_separate_buffer_sets(fake):
     assert len(backend._engines["denoise"].pool) == 2  # the pool grew for the second concurrent call only
 
 
-def test_dispatch_buckets_are_the_built_profiles(fake, fixture_export):
-    backend = TrtBackend(fake.folder, fake.manifest)
-    assert backend.buckets() == BUCKETS != fake.manifest.buckets
-    pipe = SeerPipeline(fixture_export[0], fake.manifest, backend)
+@pytest.mark.slow
+def test_dispatch_buckets_are_the_built_profiles(fake_export, fixture_export):
+    backend = TrtBackend(fake_export.folder, fake_export.manifest)
+    assert backend.buckets() == BUCKETS != fake_export.manifest.buckets
+    pipe = SeerPipeline(fixture_export[0], fake_export.manifest, backend)
     assert pipe.buckets == BUCKETS
     with pytest.raises(InputError, match="exceeds the largest answer bucket 64"):
         pipe.generation(Request("count to 3 .", gen_length=128))  # the manifest's buckets go to 256
-    record = dataclasses.replace(fake.manifest.builds["tensorrt"], buckets=None)  # a build from before 1.2
+    record = dataclasses.replace(fake_export.manifest.builds["tensorrt"], buckets=None)  # a build from before 1.2
     derived = buckets_of(record)  # read back from the profiles: the answer axis split per bucket, the others spanned
     assert derived.answer == (16, 32, 64) and derived.prompt == (32, 64) and derived.batch == (1, 4)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
-from seer_trt.config import SeerConfig
+from seer_trt.contracts.config import SeerConfig
 
 
 def tiny_config(vocab: int = 64, layers: int = 2) -> LLaDAVConfig:

@@ -3,7 +3,7 @@
 #
 # What it runs (the `gpu`-marked tests of tests/test_gpu.py, so CI-style assertions, not eyeballing):
 #   1. the bundled fixture exported in fp16 with Polygraphy goldens; TensorRT plans of every graph, 3 profiles each
-#   2. the plans against the goldens (seer_trt.graphs tolerance table), CUDA-graph replay vs direct execution
+#   2. the plans against the goldens (seer_trt.contracts.graphs tolerance table), CUDA-graph replay vs direct execution
 #   3. the Seer pipeline end to end on TensorRT vs ONNX Runtime (CUDA provider, else CPU): same answers
 #   4. ms per denoising step, TensorRT vs ONNX Runtime CUDA (and CPU for the fixture) vs PyTorch eager, on the
 #      fixture and on a random-weight model with LLaDA-V's layer shapes (SEER_GPU_LAYERS layers, default 2) at
@@ -58,7 +58,7 @@ export PYTHONUNBUFFERED=1
 # --- what this machine has ---------------------------------------------------------------------------------------
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
 probe() { "$PY" -c "$1" 2>/dev/null; }
-GPU="$(probe 'from seer_trt.trt_backend import cuda_device; d = cuda_device(); print(d or "")')"
+GPU="$(probe 'from seer_trt.backends.cuda import cuda_device; d = cuda_device(); print(d or "")')"
 TORCH_CUDA="$(probe 'import torch; print(torch.__version__ if torch.cuda.is_available() else "")')"
 TRT="$(probe 'import tensorrt; print(tensorrt.__version__)')"
 ORT="$(probe 'import onnxruntime as o; print(o.__version__, " ".join(o.get_available_providers()))')"

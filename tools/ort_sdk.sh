@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Assemble an ONNX Runtime SDK folder in the layout of ORT's release archives (include/, lib/) from registry
-# packages, for the C++ library in cpp/ (docs/DESIGN.md §11, §12):
+# packages, for the C++ library in cpp/ (docs/DESIGN.md "C++ runtime", "Toolchain facts"):
 #   include/   ONNX Runtime's C and C++ API headers, from Debian's libonnxruntime-dev (headers only: its runtime
 #              package, libonnxruntime1.x, is never installed; it needs a newer libc than bookworm's), and
 #              nlohmann/json.hpp from Debian's nlohmann-json3-dev (header-only)

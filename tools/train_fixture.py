@@ -2,7 +2,7 @@
 
     python tools/train_fixture.py --minutes 60 --out export/fixtures/tiny-llada-v
 
-LLaDA-V's SFT recipe (docs/DESIGN.md §9): per sample a mask ratio t ~ U(eps, 1); each window position (answer,
+LLaDA-V's SFT recipe (docs/DESIGN.md "The fixture model"): per sample a mask ratio t ~ U(eps, 1); each window position (answer,
 ``<|eot_id|>`` and the ``<|endoftext|>`` padding) is masked with probability t; the loss is the cross-entropy
 on masked positions divided by t, averaged over the window. Windows have a random length per sample: often
 only just longer than the answer (the windows Seer truncates to), otherwise anything up to the batch's
@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from seer_export.fixture import TaskEncoder, build_tokenizer, fixture_config, write_tokenizer
 from seer_export.models.llada_v import LLaDAV, window_layout
 from seer_export.models.registry import FIXTURE_DIR
-from seer_trt.preprocess import pixel_tiles
-from seer_trt.tasks import COLORS, make_sample
+from seer_export.reference.fixture import TaskEncoder, build_tokenizer, fixture_config, write_tokenizer
+from seer_trt.eval.tasks import COLORS, make_sample
+from seer_trt.runtime.image import pixel_tiles
 
 MAX_WINDOW = 128
 TRAIN_SEED = 1_000_000  # held-out sets use seeds below this

@@ -1,4 +1,4 @@
-// seer_run: seer-run's JSONL interface over the C++ runtime (docs/DESIGN.md §11).
+// seer_run: seer-run's JSONL interface over the C++ runtime (docs/DESIGN.md "C++ runtime").
 //
 // In:  --engines DIR (a seer-export folder), --input requests.jsonl ('-': stdin), one JSON object per line:
 //      prompt_ids (chat-formatted, -200 where the image goes; seer-prompt-ids prints them), optional image_tiles

@@ -20,7 +20,7 @@ namespace seer {
 namespace {
 
 // Graphs called step after step may spin their thread pools between calls; a spinning idle pool of a one-off
-// graph (embed, vision, step_zero) slows the steps after it (seer_trt/backend.py LOOP_GRAPHS).
+// graph (embed, vision, step_zero) slows the steps after it (seer_trt/backends/onnxruntime.py LOOP_GRAPHS).
 const char* const LOOP_GRAPHS[] = {"denoise", "denoise_logits"};
 
 std::mutex load_mutex;

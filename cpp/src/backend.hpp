@@ -1,4 +1,4 @@
-// The graphs of an export on ONNX Runtime (seer_trt/backend.py, docs/DESIGN.md §5).
+// The graphs of an export on ONNX Runtime (seer_trt/backends/onnxruntime.py, docs/DESIGN.md "Graphs and their contract").
 //
 // In:  the export folder and its Manifest, Options (library path, provider, threads, weight sharing).
 // Out: Backend: one shared session per graph, and GraphCall: a call's inputs and outputs bound once to caller

@@ -1,4 +1,4 @@
-// Answer-boundary detection at step zero (seer_trt/boundary.py, docs/DESIGN.md §4: the paper's SNR criterion).
+// Answer-boundary detection at step zero (seer_trt/runtime/boundary.py, docs/DESIGN.md "Seer, exactly": the paper's SNR criterion).
 //
 // In:  a step-zero profile [B, N] (an MLP statistic, a probe's probability, or an end-token probability) and
 //      the calibration's detector.

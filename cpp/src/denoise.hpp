@@ -1,4 +1,4 @@
-// The one denoising loop, greedy, for any group of rows in any layout (seer_trt/denoise.py, docs/DESIGN.md §3, §4).
+// The one denoising loop, greedy, for any group of rows in any layout (seer_trt/runtime/denoise.py, docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch", "Seer, exactly").
 //
 // In:  a group's Layout, its rows' Schedule, the backend's denoise graph; optionally step 0's prediction from a
 //      full-depth step-zero pass; optionally the early-stop id.

@@ -1,5 +1,5 @@
-// Dispatch: group a batch's rows by their truncated length and choose how each group runs (seer_trt/dispatch.py,
-// docs/DESIGN.md §4 hybrid execution).
+// Dispatch: group a batch's rows by their truncated length and choose how each group runs (seer_trt/runtime/dispatch.py,
+// docs/DESIGN.md "Seer, exactly" hybrid execution).
 //
 // In:  per row the prompt length P_i, kept window L_i and steps; the length buckets; a policy (and for
 //      cost_model the fitted CostModel).

@@ -1,4 +1,4 @@
-// Stage 1, preprocess: a request's prompt ids and pixel tiles -> its prompt embeddings [P, D] (seer_trt/embed.py).
+// Stage 1, preprocess: a request's prompt ids and pixel tiles -> its prompt embeddings [P, D] (seer_trt/runtime/embed.py).
 //
 // In:  chat-formatted prompt ids (IMAGE_PLACEHOLDER where the image goes), an image's preprocessed tiles
 //      [tiles, 3, S, S] float32, the backend's embed and vision graphs.
@@ -17,7 +17,7 @@
 
 namespace seer {
 
-// Feature geometry of one anyres image under spatial_unpad merging (seer_trt.preprocess.anyres_layout).
+// Feature geometry of one anyres image under spatial_unpad merging (seer_trt.contracts.geometry.anyres_layout).
 struct AnyresLayout {
   int64_t side = 0;                                   // patches per tile side
   int64_t top = 0, bottom = 0, left = 0, right = 0;   // the crop of the grid's patch map that unpadding keeps
@@ -27,7 +27,7 @@ struct AnyresLayout {
 
 AnyresLayout anyres_layout(int64_t cols, int64_t rows, int64_t side, int64_t width, int64_t height,
                            std::optional<int64_t> max_tiles);
-// [1 + cols * rows, T, D] tile features -> the image's [tokens, D] prompt features (seer_trt.embed.merge_anyres):
+// [1 + cols * rows, T, D] tile features -> the image's [tokens, D] prompt features (seer_trt.runtime.embed.merge_anyres):
 // the base tile, then each row of the cropped (and bilinearly shrunk) patch map followed by image_newline.
 void merge_anyres(const uint8_t* features, const uint8_t* newline, const AnyresLayout& layout, int64_t cols,
                   int64_t rows, int64_t d, const std::string& precision, uint8_t* dest);

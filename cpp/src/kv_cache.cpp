@@ -7,7 +7,7 @@
 namespace seer {
 namespace {
 
-constexpr int64_t MAX_ORDER = 2;         // forecast orders 1 and 2 (seer_trt.kv_cache.ORDERS)
+constexpr int64_t MAX_ORDER = 2;         // forecast orders 1 and 2 (seer_trt.contracts.policies.ORDERS)
 constexpr double NODE_TOLERANCE = 1e-12;  // np.isclose(x, nodes, rtol=0, atol=1e-12): the step is a node
 
 }  // namespace
@@ -35,7 +35,7 @@ CacheSpec cache_spec(const GraphEntry& window) {
   if (in.size() <= WINDOW_INPUTS) return spec;  // a 2.0 export: no cache
   auto refuse = [&](const std::string& why) {
     return manifest_error("graph '" + window.name + "': its prompt K/V cache inputs " + why +
-                          ", not the contract this C++ runtime feeds (seer_trt.graphs.cache_specs); rebuild the C++ "
+                          ", not the contract this C++ runtime feeds (seer_trt.contracts.graphs.cache_specs); rebuild the C++ "
                           "library from the seer-trt that exported the folder");
   };
   if (in[WINDOW_INPUTS].name != "past_weights" || in[WINDOW_INPUTS].dtype != "float32")
@@ -69,7 +69,7 @@ CacheSpec cache_spec(const GraphEntry& window) {
 std::vector<float> forecast_weights(const std::vector<int64_t>& steps, int64_t t, double alpha) {
   const size_t m = steps.size();
   if (m == 1) return {1.0f};
-  // the phase map (seer_trt.kv_cache.phase), operation for operation as numpy evaluates it
+  // the phase map (seer_trt.runtime.kv_cache.phase), operation for operation as numpy evaluates it
   double sum = 0;
   for (int64_t s : steps) sum += static_cast<double>(s);
   const double mean = sum / static_cast<double>(m);
@@ -81,7 +81,7 @@ std::vector<float> forecast_weights(const std::vector<int64_t>& steps, int64_t t
     for (size_t j = 0; j < m; ++j) nodes[j] = std::tanh(alpha * (static_cast<double>(steps[j]) - mean) / spread);
     x = std::tanh(alpha * (static_cast<double>(t) - mean) / spread);
   }
-  // barycentric Lagrange weights, second kind (seer_trt.kv_cache.lagrange_weights)
+  // barycentric Lagrange weights, second kind (seer_trt.runtime.kv_cache.lagrange_weights)
   std::vector<double> w(m, 0.0);
   size_t hits = 0;
   for (size_t j = 0; j < m; ++j) hits += std::fabs(x - nodes[j]) <= NODE_TOLERANCE;

@@ -1,4 +1,4 @@
-// Prompt K/V cache policies of the denoising loop (seer_trt/kv_cache.py, docs/DESIGN.md §5, §10).
+// Prompt K/V cache policies of the denoising loop (seer_trt/runtime/kv_cache.py, docs/DESIGN.md "Graphs and their contract", "Prompt K/V cache").
 //
 // In:  a CacheConfig (none | reuse | forecast, refresh interval R, forecast order), the window graph's cache
 //      contract (CacheSpec, read from the manifest: manifest schema 2.1), one group's Layout.
@@ -10,7 +10,7 @@
 //     forecast  the same refreshes; in between feed the last order + 1 snapshots with the barycentric Lagrange
 //               weights of ResilPhase's tanh phase map (the graph combines them: only the weights change per step)
 //
-// A 2.0 export (no past_weights input) runs with cache none only. The drift gate of seer_trt.kv_cache (a
+// A 2.0 export (no past_weights input) runs with cache none only. The drift gate of seer_trt.runtime.kv_cache (a
 // Python-API option, not a seer-run flag) is not ported.
 #pragma once
 
@@ -23,7 +23,7 @@
 
 namespace seer {
 
-constexpr double RESILPHASE_ALPHA = 0.55;  // steepness of the tanh phase map (seer_trt.kv_cache.CacheConfig.alpha)
+constexpr double RESILPHASE_ALPHA = 0.55;  // steepness of the tanh phase map (seer_trt.contracts.policies.CacheConfig.alpha)
 
 struct CacheConfig {  // the defaults are the exact loop's; seer::Options holds the pipeline's default policy
   std::string mode = "none";  // none | reuse | forecast
@@ -34,7 +34,7 @@ struct CacheConfig {  // the defaults are the exact loop's; seer::Options holds 
   bool operator==(const CacheConfig& o) const { return mode == o.mode && refresh == o.refresh && order == o.order; }
 };
 
-// The window graph's cache inputs and outputs (seer_trt/graphs.py cache_specs): none in a 2.0 export.
+// The window graph's cache inputs and outputs (seer_trt/contracts/graphs.py cache_specs): none in a 2.0 export.
 struct CacheSpec {
   bool enabled = false;  // the graph takes past_weights (manifest schema 2.1)
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
@@ -42,14 +42,14 @@ struct CacheSpec {
 };
 
 // The cache contract of a window graph's manifest entry, after its four window inputs; throws manifest_error for
-// cache I/O in another order or shape than seer_trt.graphs.cache_specs writes.
+// cache I/O in another order or shape than seer_trt.contracts.graphs.cache_specs writes.
 CacheSpec cache_spec(const GraphEntry& window);
 
 // A policy other than none on a window graph without cache inputs (a 2.0 export): config_error with the fix.
 void check_cache(const CacheConfig& config, const CacheSpec& spec);
 
 // [M] weights of the snapshots taken at `steps` (oldest first) for the K/V at step t
-// (seer_trt.kv_cache.forecast_weights: float64 arithmetic as numpy's, rounded to float32 at the end).
+// (seer_trt.runtime.kv_cache.forecast_weights: float64 arithmetic as numpy's, rounded to float32 at the end).
 std::vector<float> forecast_weights(const std::vector<int64_t>& steps, int64_t t, double alpha);
 
 // The inputs of a call without a cache (history 1, past 0, weight 1), for `batch` rows; nothing without a cache.

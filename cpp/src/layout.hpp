@@ -1,4 +1,4 @@
-// How a group's rows sit in one graph call (seer_trt/layout.py, docs/DESIGN.md §4 hybrid execution, §5).
+// How a group's rows sit in one graph call (seer_trt/runtime/layout.py, docs/DESIGN.md "Seer, exactly" hybrid execution, DESIGN "Graphs and their contract").
 //
 // In:  per row its prompt embeddings [P_i, D] and kept window L_i; the call's shape.
 // Out: Layout: the inputs that stay fixed through the denoising loop (prefix_embeds, segment_ids,

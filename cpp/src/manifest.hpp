@@ -1,4 +1,4 @@
-// manifest.json of an export folder (seer_trt/manifest.py, docs/DESIGN.md §5): what the runtime needs of it.
+// manifest.json of an export folder (seer_trt/contracts/manifest.py, docs/DESIGN.md "Graphs and their contract"): what the runtime needs of it.
 //
 // In:  the folder's manifest.json (schema 2.x; another major version is refused with the fix).
 // Out: Manifest: model dims, vision settings, special ids, Seer calibration, generation defaults, graphs with
@@ -55,7 +55,7 @@ struct GenerationConfig {
   double temperature = 0.0;
   std::string remasking = "low_confidence";
   int64_t num_blocks() const { return gen_length / block_length; }
-  void validate() const;  // seer_trt.config.GenerationConfig.__post_init__; throws config_error
+  void validate() const;  // seer_trt.contracts.config.GenerationConfig.__post_init__; throws config_error
   bool operator<(const GenerationConfig& o) const;
   bool operator==(const GenerationConfig& o) const;
 };

@@ -1,4 +1,4 @@
-// Pipeline: requests in, answers out (seer_trt/pipeline.py, docs/DESIGN.md §2, §4).
+// Pipeline: requests in, answers out (seer_trt/runtime/pipeline.py, docs/DESIGN.md "Layout and dependency direction", "Seer, exactly").
 //
 //     preprocess (embed.cpp) ─► step zero (step_zero.cpp) ─► boundary (boundary.cpp) ─► schedule (schedule.cpp)
 //     ─► dispatch (dispatch.cpp) ─► denoise (denoise.cpp, per group, in its layout.cpp layout) ─► detokenize
@@ -28,7 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// (rows, prompt, answer) of the timed calls: seer_trt.pipeline.SeerPipeline.CALIBRATION_SHAPES
+// (rows, prompt, answer) of the timed calls: seer_trt.runtime.pipeline.SeerPipeline.CALIBRATION_SHAPES
 const int64_t CALIBRATION_SHAPES[][3] = {{1, 16, 4},   {1, 32, 16},  {1, 128, 32}, {1, 384, 64}, {1, 640, 128},
                                          {4, 32, 8},   {4, 128, 32}, {8, 32, 8},   {16, 32, 16}, {16, 64, 32}};
 constexpr int CALIBRATION_REPEATS = 5;
@@ -246,7 +246,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
   const Manifest& m = impl->manifest;
   std::vector<std::string> graphs = {"embed", "vision", "denoise"};
   if (!m.seer.full_depth()) graphs.push_back("step_zero");
-  // the inputs and outputs this runtime feeds and reads (seer_trt/graphs.py); another contract is refused here,
+  // the inputs and outputs this runtime feeds and reads (seer_trt/contracts/graphs.py); another contract is refused here,
   // not at the first request
   const std::vector<std::string> window_inputs = {"prefix_embeds", "gen_ids", "segment_ids", "position_ids"};
   const std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> contract = {
@@ -267,7 +267,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
       std::string found;
       for (const auto& name : inputs) found += (found.empty() ? "" : ", ") + name;
       throw manifest_error("graph '" + g + "' takes inputs [" + found +
-                           "], not the contract this C++ runtime feeds (seer_trt/graphs.py) or lacks an output it "
+                           "], not the contract this C++ runtime feeds (seer_trt/contracts/graphs.py) or lacks an output it "
                            "reads; rebuild the C++ library from the seer-trt that exported the folder");
     }
   }

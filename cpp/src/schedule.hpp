@@ -1,5 +1,5 @@
-// Block layout and step budget of the denoising loop, before and after truncation (seer_trt/schedule.py,
-// docs/DESIGN.md §3, §4).
+// Block layout and step budget of the denoising loop, before and after truncation (seer_trt/runtime/schedule.py,
+// docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch", "Seer, exactly").
 //
 // In:  generation settings (N, steps, block_length) and the kept window L* per row.
 // Out: Schedule: tokens each row commits at each step, and the block end that bounds the eligible positions.

@@ -1,5 +1,5 @@
 // Stage 2, step zero: the Seer signal of every answer position while the window is all masks
-// (seer_trt/step_zero.py, docs/DESIGN.md §4).
+// (seer_trt/runtime/step_zero.py, docs/DESIGN.md "Seer, exactly").
 //
 // In:  the rows' prompt embeddings, the window N, the calibration.
 // Out: the profile [B, N] the boundary rule reads; at full depth (end_token_prob) also step 0's x0 / confidence

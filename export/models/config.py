@@ -1,4 +1,4 @@
-"""LLaDA-V configuration read from a checkpoint's ``config.json`` (docs/DESIGN.md §3).
+"""LLaDA-V configuration read from a checkpoint's ``config.json`` (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch").
 
 In:  the ``config.json`` of a LLaDA-V checkpoint (``GSAI-ML/LLaDA-V`` layout) or of the bundled fixture.
 Out: ``LLaDAVConfig``: language-model dims, the SigLIP tower (after LLaDA-V drops its last layer), the
@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from seer_trt.config import GenerationConfig, SeerConfig, read_json
-from seer_trt.errors import ConfigError
-from seer_trt.preprocess import LLADA_V_PINPOINTS, parse_pinpoints
+from seer_trt.contracts.config import GenerationConfig, SeerConfig, read_json
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.geometry import LLADA_V_PINPOINTS, parse_pinpoints
 
 LLADA_V_SYSTEM = (
     "You are a helpful language and vision assistant. You are able to understand the visual content that the "

@@ -1,4 +1,4 @@
-"""The LLaDA-8B language model in plain PyTorch, with the checkpoint's own parameter names (docs/DESIGN.md §3).
+"""The LLaDA-8B language model in plain PyTorch, with the checkpoint's own parameter names (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch").
 
 In:  input embeddings [B, S, D], ``segment_ids`` [B, S] (0 = padding; attention only between equal non-zero
      ids, so one forward serves left-padded and packed batches) and ``position_ids`` [B, S].
@@ -8,7 +8,7 @@ A Llama block with bidirectional attention: RMSNorm (in fp32), RoPE, multi-head 
 Names: ``embed_tokens``, ``layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
 mlp.{gate,up,down}_proj}``, ``norm``.
 
-A prompt K/V cache (docs/DESIGN.md §10) adds a second attention path, ``forward_cached``: the keys and values of
+A prompt K/V cache (docs/DESIGN.md "Prompt K/V cache") adds a second attention path, ``forward_cached``: the keys and values of
 ``past`` positions come from M cached snapshots combined with weights w (reuse: M = 1, w = 1; a forecast: its
 extrapolation weights). The combination is never formed: scores against the past are ``sum_m w_m q K_m^T`` and
 their output ``sum_m w_m P V_m``, so each snapshot is read once and nothing the size of the cache is written.

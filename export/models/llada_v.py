@@ -27,8 +27,9 @@ from torch import nn
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada import DecoderLayer, RMSNorm, attention_mask, rope
 from seer_export.models.siglip import SigLipVisionTower
-from seer_trt.errors import ConfigError, InputError
-from seer_trt.preprocess import IMAGE_PLACEHOLDER, AnyresImage
+from seer_trt.contracts.errors import ConfigError, InputError
+from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER
+from seer_trt.runtime.image import AnyresImage
 
 
 class LLaDAVModel(nn.Module):
@@ -79,7 +80,7 @@ class LLaDAV(nn.Module):
             raise ConfigError(
                 f"anyres images need image_aspect_ratio 'anyres'/'anyres_max_N' and mm_patch_merge_type "
                 f"'spatial_unpad'; this model has {cfg.image_aspect_ratio!r} / {cfg.patch_merge_type!r}: "
-                f"pass single tiles (seer_trt.preprocess.pixel_tiles) instead"
+                f"pass single tiles (seer_trt.runtime.image.pixel_tiles) instead"
             )
         side = cfg.vision.image_size // cfg.vision.patch_size
         cols, rows = image.grid
@@ -168,7 +169,7 @@ class LLaDAV(nn.Module):
         self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor,
         position_ids: torch.Tensor, weights: torch.Tensor, past: Sequence[tuple[torch.Tensor, torch.Tensor]],
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:  # fmt: skip
-        """``forward`` with a prompt K/V cache (docs/DESIGN.md §10).
+        """``forward`` with a prompt K/V cache (docs/DESIGN.md "Prompt K/V cache").
 
         Args:
             prefix_embeds: [B, P, D] the prompt positions computed in this call (P = 0 on a cached step).

@@ -1,4 +1,4 @@
-"""Checkpoint loading: find a LLaDA-V checkpoint offline, read its safetensors lazily, build the model (docs/DESIGN.md §3).
+"""Checkpoint loading: find a LLaDA-V checkpoint offline, read its safetensors lazily, build the model (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch").
 
 In:  a checkpoint folder in Hugging Face layout (``config.json`` plus ``model.safetensors``, or shards
      ``model-0000x-of-0000y.safetensors`` with ``model.safetensors.index.json``), given directly or found in
@@ -24,7 +24,7 @@ import torch
 
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
-from seer_trt.errors import CheckpointError, ConfigError
+from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

@@ -1,4 +1,4 @@
-"""The models seer-trt knows by name, and where each one's checkpoint comes from (docs/DESIGN.md §3, §9).
+"""The models seer-trt knows by name, and where each one's checkpoint comes from (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch", "The fixture model").
 
 In:  a model name (``--model``) and optionally a checkpoint folder (``--checkpoint DIR``).
 Out: the checkpoint folder (``resolve``) or the loaded ``LLaDAV`` with it (``load``).
@@ -18,7 +18,7 @@ import torch
 
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import SINGLE_FILE, load_model, resolve_checkpoint
-from seer_trt.errors import CheckpointError, ConfigError
+from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-llada-v"  # the bundled fixture
 

@@ -1,4 +1,4 @@
-"""The SigLIP vision tower as LLaDA-V uses it, with the checkpoint's parameter names (docs/DESIGN.md §3).
+"""The SigLIP vision tower as LLaDA-V uses it, with the checkpoint's parameter names (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch").
 
 In:  pixel tiles [N, 3, S, S], normalised with mean = std = 0.5.
 Out: patch features [N, T, C] (T = (S / patch)^2, 729 at 384 px): the output of the last *kept* encoder layer.

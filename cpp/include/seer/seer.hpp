@@ -1,5 +1,5 @@
 // seer-trt's C++ runtime: the Seer pipeline of seer_trt (Python) over ONNX Runtime, on the same export folder
-// (docs/DESIGN.md §11).
+// (docs/DESIGN.md "C++ runtime").
 //
 // In:  an export folder written by seer-export (manifest.json, the ONNX graphs, weights.data, tokenizer/), and
 //      requests: chat-formatted prompt ids (seer-prompt-ids prints them) and optional preprocessed pixel tiles.
@@ -43,8 +43,8 @@ struct Options {
   double tau_pad = 0.2;          // hybrid: padding share above which a group is packed
   int short_rows = 4;            // hybrid: rows with L* <= this are grouped apart (0: no such groups)
   bool share_weights = true;     // CPU: every session reads one memory map of weights.data
-  // the prompt K/V cache of requests that do not choose one (manifest schema 2.1 exports; docs/DESIGN.md §10); the
-  // default is seer_trt.kv_cache.DEFAULT_CACHE's, reuse every 8 steps (a 2.0 export needs cache "none"):
+  // the prompt K/V cache of requests that do not choose one (manifest schema 2.1 exports; docs/DESIGN.md "Prompt K/V cache"); the
+  // default is seer_trt.contracts.policies.DEFAULT_CACHE's, reuse every 8 steps (a 2.0 export needs cache "none"):
   std::string cache = "reuse";   // none (every step computes the prompt: the exact loop) | reuse | forecast
   int64_t refresh_interval = 8;  // reuse / forecast: steps between prompt computations (and one at each block)
   int64_t forecast_order = 1;    // forecast: Lagrange order, 1 or 2

@@ -1,0 +1,90 @@
+"""``seer-bench``: the fixture scenarios (``seer_export.bench.fixture``) or the prompt K/V cache at LLaDA-V's token
+counts (``seer_export.bench.cache``), with the C++ runtime beside (``seer_export.bench.cpp``); docs/DESIGN.md
+"Measuring"."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from seer_trt.cli.common import (
+    Parser,
+    add_engines,
+    add_report,
+    add_threads,
+    add_verbose,
+    command_line,
+    require_extra,
+    run_main,
+)
+from seer_trt.contracts.policies import DEFAULT_CACHE
+from seer_trt.eval.tasks import HELD_OUT_SEED
+
+PROG = "seer-bench"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(
+        prog=PROG,
+        description="Side-by-side speed of Seer vs the padded loop vs LLaDA-V's early-stopping loop vs the oracle, "
+        "dispatch policies on two batches, and ONNX Runtime vs PyTorch eager, on an export of the fixture model "
+        "(ratios of medians over interleaved rounds, measured in one run).",
+    )
+    ap.add_argument("--workload", default="fixture", choices=("fixture", "llada-v-shaped"),
+                    help="fixture: the scenarios above on an export of the fixture (default); llada-v-shaped: the prompt "
+                    "K/V cache at LLaDA-V's token counts on a random-weight model (seer_export.bench.cache)")  # fmt: skip
+    add_engines(ap, "export folder (seer-export); llada-v-shaped: its random model's export, written there when the "
+                "folder is new")  # fmt: skip
+    ap.add_argument("--checkpoint", type=Path, help="PyTorch checkpoint for the eager comparison (default: registry)")
+    ap.add_argument("--quick", action="store_true", help="fewer lengths, prompts and rounds: about two minutes")
+    # one thread by default, unlike the serving commands: rounds compare best when neither side has a pool to spin
+    add_threads(ap, default=1, help="intra-op threads of both backends, ONNX Runtime and PyTorch")
+    ap.add_argument(
+        "--seed", type=int, default=HELD_OUT_SEED, help=f"seed of the held-out prompts (default {HELD_OUT_SEED})"
+    )
+    ap.add_argument("--cpp", type=Path, metavar="LIBSEER",
+                    help="also time the C++ runtime (cpp/build/libseer.so) against the Python one, per request")  # fmt: skip
+    ap.add_argument("--refresh-interval", type=int, default=DEFAULT_CACHE.refresh,
+                    help=f"llada-v-shaped: R of the cached modes (default: the pipeline's, {DEFAULT_CACHE.refresh})")  # fmt: skip
+    add_report(ap, json="write the report here",
+               plot="write a PNG here: speedups vs gen_length, throughput per policy")  # fmt: skip
+    add_verbose(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, build_parser(), lambda args: work(args, command_line(PROG, argv)), argv)
+
+
+def work(args: argparse.Namespace, command: str) -> int:
+    require_extra(PROG)
+    t0 = time.time()
+
+    def progress(text: str) -> None:
+        print(f"[{time.time() - t0:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    if args.workload == "llada-v-shaped":
+        from seer_export.bench import cache
+
+        return cache.run(args, command, progress)
+    from seer_export.bench.fixture import Settings, bench, plot, tables
+    from seer_trt.eval.report import write_json
+
+    settings = Settings.quick(args.threads) if args.quick else Settings(threads=args.threads)
+    report = bench(args.engines, args.checkpoint, settings, args.seed, progress, command, args.cpp)
+    print(tables(report))
+    if "cpp" in report:
+        from seer_export.bench.cpp import table
+
+        print("\n" + table(report["cpp"]))
+    if args.json:
+        write_json(args.json, report)
+    if args.plot:
+        plot(report, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

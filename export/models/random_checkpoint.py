@@ -1,0 +1,127 @@
+"""A checkpoint folder of random weights in LLaDA-V's layout: for export tests and the 8B-path memory check.
+
+In:  an ``LLaDAVConfig`` (e.g. LLaDA-V's own dims with fewer layers), a dtype, a seed.
+Out: a Hugging Face style folder: ``config.json``, ``model-0000i-of-0000n.safetensors`` shards with
+     ``model.safetensors.index.json``, and the fixture's tokenizer files (its special ids fit any vocab >= 103).
+
+Tensors are drawn one at a time and written shard by shard, so memory stays near one shard. Norm weights are
+ones, everything else N(0, (gain / sqrt(fan_in))^2), which keeps activations O(1) at any width.
+
+    python -m seer_export.models.random_checkpoint --out /tmp/llada-v-8l --layers 8   # LLaDA-V dims, 8 layers, fp16
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+from seer_export.models.llada_v import LLaDAV
+from seer_export.models.loading import INDEX_FILE
+from seer_export.models.registry import FIXTURE_DIR
+from seer_trt.cli.common import Parser, add_verbose, run_main
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def write_random_checkpoint(
+    folder: str | Path,
+    cfg: LLaDAVConfig,
+    dtype: torch.dtype = torch.float16,
+    seed: int = 0,
+    gain: float = 1.0,
+    shard_bytes: int = 2 * 2**30,
+    tokenizer_from: Path = FIXTURE_DIR,
+) -> Path:
+    """Write a random-weight checkpoint of ``cfg`` into ``folder`` (created); returns the folder.
+
+    Args:
+        folder: where to write.
+        cfg: the model config; its ``seer`` / ``generation`` go into config.json as they are.
+        dtype: dtype of the stored tensors.
+        seed: seeds every tensor (drawn in state-dict order).
+        gain: weights are N(0, (gain / sqrt(fan_in))^2); a gain above 1 makes a random model's predictions
+            differ clearly between positions (fewer near-ties in tests).
+        shard_bytes: start a new shard past this size.
+        tokenizer_from: folder whose tokenizer files are copied.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with torch.device("meta"):
+        shapes = {name: tuple(t.shape) for name, t in LLaDAV(cfg).state_dict().items()}
+    gen = torch.Generator().manual_seed(seed)
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name, shape in shapes.items():
+        nbytes = math.prod(shape) * dtype.itemsize
+        if groups[-1] and size + nbytes > shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += nbytes
+    weight_map = {}
+    for i, names in enumerate(groups):
+        shard = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        tensors = {}
+        for name in names:
+            shape = shapes[name]
+            if "norm" in name and len(shape) == 1:
+                tensors[name] = torch.ones(shape, dtype=dtype)
+            else:
+                fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
+                tensors[name] = (torch.randn(shape, generator=gen) * (gain / math.sqrt(fan_in))).to(dtype)
+            weight_map[name] = shard
+        save_file(tensors, str(folder / shard), metadata={"format": "pt"})
+        del tensors
+    total = sum(math.prod(s) * dtype.itemsize for s in shapes.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    for file in TOKENIZER_FILES:
+        shutil.copy2(Path(tokenizer_from) / file, folder / file)
+    return folder
+
+
+def llada_v_layout(layers: int) -> LLaDAVConfig:
+    """LLaDA-V's dims (hidden 4096, MLP 12288, 32 heads, vocab 126464, SigLIP so400m) with ``layers`` layers."""
+    return LLaDAVConfig(text=TextConfig(num_hidden_layers=layers), vision=VisionConfig())
+
+
+PROG = "python -m seer_export.models.random_checkpoint"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog=PROG, description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
+    ap.add_argument("--layers", type=int, default=8, help="decoder layers (LLaDA-V has 32; default 8)")
+    ap.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"], help="weights' dtype (default fp16)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    add_verbose(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, build_parser(), work, argv)
+
+
+def work(args: argparse.Namespace) -> int:
+    cfg = llada_v_layout(args.layers)
+    dtype = torch.float16 if args.dtype == "fp16" else torch.float32
+    write_random_checkpoint(args.out, cfg, dtype=dtype, seed=args.seed)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in LLaDAV(cfg).parameters())
+    print(f"wrote {args.out}: {params / 1e9:.2f}B parameters, {dataclasses.asdict(cfg.text)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The exported graphs as thin modules around the untouched PyTorch LLaDA-V (docs/DESIGN.md "Seer, exactly"-5).
+
+In:  an ``LLaDAV`` (real weights, or on the ``meta`` device for export), the model's special tokens and its
+     Seer calibration; the contract of each graph from ``seer_trt.contracts.graphs``.
+Out: one ``nn.Module`` per graph whose ``forward`` takes that graph's inputs in order and returns its outputs
+     in order. They are exported by ``seer_export.onnx.options`` and serve as the PyTorch side of parity.
+
+Nothing here re-implements the model: each module calls ``LLaDAV`` (``forward``, ``hidden_states``,
+``tile_features``) and reads the MLP statistic through ``seer_export.reference.seer.capture_mlp`` hooks and the probe
+through ``seer_export.reference.seer.probe_score``, so the graphs compute what the reference computes. Special ids are baked in as constants from ``SpecialTokens`` (the
+manifest records them). Suppression uses ``where`` (``bias * mask`` turns -inf * 0 into NaN, docs/DESIGN.md "Toolchain facts").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from seer_export.models.llada_v import LLaDAV
+from seer_export.reference.seer import capture_mlp, mlp_statistic, normalise, probe_score
+from seer_trt.contracts.config import SeerConfig, SpecialTokens
+from seer_trt.contracts.graphs import GRAPHS
+
+
+def suppress_masked(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) -> torch.Tensor:
+    """-inf for the suppressed special ids at masked positions: the graph form of ``sampler.suppress_special``.
+
+    The suppressed set is a comparison against scalar ids (no index tensor), so no tensor constant is lifted
+    into the graph and the module exports from the ``meta`` device.
+    """
+    vocab = torch.arange(logits.shape[-1], device=logits.device)  # [V]
+    banned = vocab == special.suppressed_ids[0]
+    for idx in special.suppressed_ids[1:]:
+        banned = banned | (vocab == idx)
+    hit = (gen_ids == special.mask_id)[..., None] & banned  # [B, G, V]
+    return torch.where(hit, torch.full_like(logits, float("-inf")), logits)
+
+
+def logsumexp(x: torch.Tensor) -> torch.Tensor:
+    """log(sum(exp(x))) over the last axis with the maximum shifted out explicitly (ReduceMax, Exp, ReduceSum, Log):
+    an importer that builds ONNX ReduceLogSumExp as a plain log(sum(exp(x))) overflows in fp32 past a logit of 88."""
+    top = x.amax(dim=-1, keepdim=True)
+    return (top + torch.log(torch.exp(x - top).sum(dim=-1, keepdim=True)))[..., 0]
+
+
+def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) -> tuple[torch.Tensor, ...]:
+    """x0 [B, G] int64, its probability and the end-token probability [B, G] float32, from one log-sum-exp.
+
+    ``x0`` is the argmax of the suppressed logits and ``confidence`` its softmax probability
+    (``low_confidence`` remasking): exp(l[x0] - lse), lse the log-sum-exp of the suppressed logits over the
+    vocabulary, the one reduction over V. ``p_end`` = p(<|eot_id|>) + p(<|endoftext|>) under the *unsuppressed*
+    softmax (what ``seer.step_zero`` reads): its normaliser is lse plus the suppressed ids' own mass at masked
+    positions, four columns, so no second softmax over the vocabulary is computed.
+    """
+    logits = logits.float()  # the vocabulary reduction in fp32, also in fp16 graphs
+    suppressed = suppress_masked(logits, gen_ids, special)  # [B, G, V]
+    x0 = suppressed.argmax(-1)  # [B, G]
+    lse = logsumexp(suppressed)  # [B, G]
+    confidence = torch.exp(suppressed.gather(-1, x0[..., None])[..., 0] - lse)
+    masked = (gen_ids == special.mask_id)[..., None]  # [B, G, 1]
+    banned = torch.stack([logits[..., i] for i in special.suppressed_ids], dim=-1)  # [B, G, 4]
+    banned = torch.where(masked, banned, torch.full_like(banned, float("-inf")))
+    lse_all = logsumexp(torch.cat([lse[..., None], banned], dim=-1))  # the unsuppressed normaliser
+    p_end = torch.exp(logits[..., special.eot_id] - lse_all) + torch.exp(logits[..., special.endoftext_id] - lse_all)
+    return x0, confidence, p_end
+
+
+PROBE_INITIALIZER = "seer_probe"  # the probe's weight vector in the step_zero graph (from the calibration)
+
+
+class _Graph(nn.Module):
+    """Holds the model as ``llada``: initializer names are ``llada.`` + the checkpoint's names."""
+
+    PREFIX = "llada."
+
+    def __init__(self, model: LLaDAV, special: SpecialTokens, seer: SeerConfig) -> None:
+        super().__init__()
+        self.llada = model
+        self.special = special
+        self.seer = seer
+
+    def _embeds(self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor) -> torch.Tensor:
+        """[B, P + G, D]: the prompt, then the answer window's token embeddings."""
+        gen = self.llada.model.embed_tokens(gen_ids).to(prefix_embeds.dtype)
+        return torch.cat([prefix_embeds, gen], dim=1)
+
+
+class EmbedGraph(_Graph):
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.llada.model.embed_tokens(input_ids)  # [B, S, D]
+
+
+class VisionGraph(_Graph):
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.llada.tile_features(pixel_values)  # [N, T, D], after the projector
+        return features, self.llada.model.image_newline.to(features.dtype)  # [D]: spliced by the runtime
+
+
+class StepZeroGraph(_Graph):
+    """Early exit: embeddings and decoder layers 0..k only, then layer k's MLP statistic and, for a probe
+    calibration, the probe's score on the residual stream after layer k (docs/DESIGN.md "Seer, exactly")."""
+
+    def __init__(self, model: LLaDAV, special: SpecialTokens, seer: SeerConfig) -> None:
+        super().__init__(model, special, seer)
+        if seer.signal == "probe":  # an initializer of its own (PROBE_INITIALIZER), not a checkpoint tensor
+            self.register_buffer(PROBE_INITIALIZER, torch.tensor(seer.probe_weights, dtype=torch.float32))
+
+    def forward(
+        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        k = self.seer.probe_layer
+        answer = slice(prefix_embeds.shape[1], None)
+        with capture_mlp(self.llada, (k,)) as seen:
+            hidden = self.llada.hidden_states(self._embeds(prefix_embeds, gen_ids), segment_ids, position_ids,
+                                              upto=k + 1)  # fmt: skip
+        stat = mlp_statistic(seen[k], self.seer.statistic, self.seer.tau_abs)[:, answer]  # [B, G] float32
+        if self.seer.signal != "probe":
+            return stat
+        weight = getattr(self, PROBE_INITIALIZER)
+        return stat, probe_score(normalise(hidden[:, answer]), self.seer, weight)  # [B, G] float32
+
+
+class _CachedGraph(_Graph):
+    """A window graph with the prompt K/V cache (``seer_trt.contracts.graphs.cache_specs``): after the four window inputs,
+    ``past_weights`` [M] and per layer the cached keys and values [M, B, H_kv, C, hd] (C may be 0); after its own
+    outputs, per layer the keys and values [B, H_kv, P, hd] of the prompt positions it computed (P may be 0)."""
+
+    def _logits(self, prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past):
+        pairs = list(zip(past[0::2], past[1::2], strict=True))  # (key, value) per layer
+        logits, present = self.llada.forward_cached(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights,
+                                                    pairs)  # fmt: skip
+        return logits, tuple(t for kv in present for t in kv)  # [B, G, V] answer positions only; key, value per layer
+
+
+class DenoiseGraph(_CachedGraph):
+    """The one window graph: every denoising step, and step zero at full depth (end-token signal)."""
+
+    def forward(
+        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+        past_weights: torch.Tensor, *past: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        logits, present = self._logits(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past)
+        return *greedy(logits, gen_ids, self.special), *present
+
+
+class DenoiseLogitsGraph(_CachedGraph):
+    def forward(
+        self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor,
+        past_weights: torch.Tensor, *past: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        logits, present = self._logits(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past)
+        return suppress_masked(logits, gen_ids, self.special), *present  # [B, G, V] float32
+
+
+MODULES: dict[str, Callable[[LLaDAV, SpecialTokens, SeerConfig], _Graph]] = {
+    "embed": EmbedGraph,
+    "vision": VisionGraph,
+    "step_zero": StepZeroGraph,
+    "denoise": DenoiseGraph,
+    "denoise_logits": DenoiseLogitsGraph,
+}
+assert set(MODULES) == set(GRAPHS), "every graph of seer_trt.contracts.graphs needs a module here"
+
+
+def build(name: str, model: LLaDAV, special: SpecialTokens, seer: SeerConfig) -> nn.Module:
+    """The module of graph ``name`` around ``model``, in eval mode."""
+    return MODULES[name](model, special, seer).eval()

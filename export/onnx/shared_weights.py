@@ -1,0 +1,95 @@
+"""One external-data file for every graph of an export: each tensor stored once (docs/DESIGN.md "Graphs and their contract", "weights stored once").
+
+In:  the graphs of one export as ONNX IR models, one after another; their initializers are the checkpoint's
+     tensors (``onnx_ir.LazyTensor`` named by checkpoint key, ``KEY.T`` when stored transposed) and the
+     exporter's own constants.
+Out: ``WEIGHTS_FILE`` in the export folder, appended to as graphs come; every graph's initializers point into it
+     by offset (ONNX external data: location, offset, length) under one canonical name per tensor, and
+     ``WEIGHTS_INDEX`` beside it (name -> offset, length, dtype, shape: what the runtime shares its loaded
+     tensors by) and the manifest's ``WeightsInfo``.
+
+    graph 1 initializers ─┐ canonical name: checkpoint key (KEY / KEY.T), or const.<digest> for the exporter's own
+    graph 2 initializers ─┼► already stored? ─ no ─► append (aligned) ─► index[name] = (offset, length, dtype, shape)
+    ...                  ─┘                  └ yes ─────────────────────┴► initializer := ExternalTensor(offset)
+
+A checkpoint tensor is read (lazily, one at a time) only the first time a graph uses it, so memory stays near one
+tensor. The exporter's constants larger than ``INLINE_BYTES`` (a folded position embedding, say) are keyed by
+their content, so two graphs folding the same constant share it too; smaller ones (shapes, scalars) stay inline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from seer_trt.contracts.graphs import WEIGHTS_FILE
+from seer_trt.contracts.manifest import WEIGHTS_INDEX, StoredTensor, WeightsInfo, write_weights_index
+
+INLINE_BYTES = 256  # exporter constants up to this size stay in their .onnx file (onnx_ir's own default)
+ALIGN_LARGE = 4096  # tensors from 64 KiB on start on a page: memory-mapped views of them are page-aligned
+ALIGN_SMALL = 64  # the rest on a cache line, which every CPU kernel's alignment needs are met by
+LARGE_TENSOR = 64 * 1024
+
+
+class SharedWeights:
+    """The append-only weights file of one export being written."""
+
+    def __init__(self, folder: Path, file: str = WEIGHTS_FILE) -> None:
+        self.path = Path(folder) / file
+        self._out = open(self.path, "wb")  # noqa: SIM115 - closed by close(), after the last graph
+        self.index: dict[str, StoredTensor] = {}
+
+    @property
+    def size(self) -> int:
+        """Bytes written so far."""
+        return self._out.tell()
+
+    def _append(self, data: bytes) -> int:
+        align = ALIGN_LARGE if len(data) >= LARGE_TENSOR else ALIGN_SMALL
+        end = self._out.tell()
+        padding = -end % align
+        self._out.write(b"\0" * padding)
+        self._out.write(data)
+        return end + padding
+
+    def store(self, graph) -> int:
+        """Point every initializer of ``graph`` (an ``onnx_ir.Graph``) into the shared file, writing the tensors it
+        is the first to use. Returns the bytes this graph reads from the file."""
+        import onnx_ir as ir
+
+        used = 0
+        for value in list(graph.initializers.values()):
+            tensor = value.const_value
+            if isinstance(tensor, ir.LazyTensor):
+                name = tensor.name  # the checkpoint key (KEY.T when transposed): the same tensor in every graph
+            elif tensor is None or tensor.nbytes <= INLINE_BYTES:
+                continue
+            else:
+                digest = hashlib.sha256(f"{tensor.dtype}{tuple(tensor.shape)}".encode() + tensor.tobytes())
+                name = f"const.{digest.hexdigest()[:24]}"
+            if name not in self.index:
+                data = np.ascontiguousarray(tensor.numpy()).tobytes()
+                self.index[name] = StoredTensor(self._append(data), len(data), str(value.dtype.numpy()),
+                                                tuple(int(d) for d in value.shape))  # fmt: skip
+            stored = self.index[name]
+            twin = graph.initializers.get(name)
+            if twin is not None and twin is not value:  # the same bytes twice in one graph: keep one initializer
+                value.replace_all_uses_with(twin)
+                graph.initializers.pop(value.name)
+                continue
+            value.name = name
+            value.const_value = ir.ExternalTensor(
+                self.path.name, stored.offset, stored.length, value.dtype, shape=value.shape, name=name,
+                base_dir=self.path.parent,
+            )  # fmt: skip
+            used += stored.length
+        return used
+
+    def close(self) -> WeightsInfo:
+        """Flush the file and write its index (``WEIGHTS_INDEX``) next to it; returns the manifest's record."""
+        self._out.close()
+        write_weights_index(self.path.parent / WEIGHTS_INDEX, self.index)
+        return WeightsInfo(file=self.path.name, index=WEIGHTS_INDEX, size_bytes=self.path.stat().st_size,
+                           tensors=len(self.index))  # fmt: skip

@@ -1,0 +1,140 @@
+"""The ``tiny-llada-v`` fixture: its tokenizer, its config, and batches of its synthetic task (docs/DESIGN.md "The fixture model").
+
+In:  task samples from ``seer_trt.eval.tasks``.
+Out: a word-level ``tokenizers`` tokenizer with LLaDA-V's special-token strings and chat template, the tiny
+     LLaDA-V config, and ``encode_batch``: left-padded prompt embeddings and answer windows in the layout
+     LLaDA-V's SFT trains on (answer, ``<|eot_id|>``, then ``<|endoftext|>`` padding to the window length).
+
+The trainer (``tools/train_fixture.py``), calibration and evaluation share these, so the prompts the model
+was trained on are exactly the ones it is measured on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+from seer_export.models.llada_v import LLaDAV, left_pad_prompts
+from seer_trt.contracts.config import GenerationConfig, SpecialTokens
+from seer_trt.eval.tasks import Sample, vocabulary
+from seer_trt.runtime.image import pixel_tiles
+from seer_trt.runtime.prompt import ChatFormat, ChatTokenizer
+
+# LLaDA-V's chat template (tokenizer_config.json of GSAI-ML/LLaDA-V), verbatim.
+CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' "
+    "+ message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{{ '<|start_header_id|>assistant"
+    "<|end_header_id|>\n\n' }}"
+)
+SPECIAL_STRINGS = [
+    "<|startoftext|>",
+    "<|endoftext|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|mdm_mask|>",
+]
+
+
+def build_tokenizer():
+    """A word-level tokenizer over the task's vocabulary plus LLaDA-V's special tokens."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    words = ["[UNK]"] + vocabulary()
+    vocab = {w: i for i, w in enumerate(words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIAL_STRINGS])
+    return tok
+
+
+def tokenizer_config() -> dict:
+    return {
+        "chat_template": CHAT_TEMPLATE,
+        "bos_token": "<|startoftext|>",
+        "eos_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+
+
+def fixture_config(vocab_size: int) -> LLaDAVConfig:
+    """LLaDA-V's layout at 1.8M parameters: 8 layers of width 128, a 2-layer SigLIP on 32 px images."""
+    return LLaDAVConfig(
+        text=TextConfig(
+            vocab_size=vocab_size,
+            hidden_size=128,
+            intermediate_size=384,
+            num_hidden_layers=8,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            rms_norm_eps=1e-5,
+            rope_theta=10000.0,
+        ),  # fmt: skip
+        vision=VisionConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+            layer_norm_eps=1e-6,
+        ),  # fmt: skip
+        image_aspect_ratio="pad",
+        generation=GenerationConfig(gen_length=64, steps=64, block_length=64),
+        system_prompt=None,
+    )
+
+
+def write_tokenizer(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    build_tokenizer().save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
+
+
+class TaskEncoder:
+    """Turns task samples into model inputs with one tokenizer and chat format."""
+
+    def __init__(self, folder: Path, cfg: LLaDAVConfig) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.chat = ChatFormat.from_folder(folder, system=cfg.system_prompt)
+        self.chat_tokenizer = ChatTokenizer(folder / "tokenizer.json", self.chat)  # as the runtime encodes prompts
+        self.special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
+        self.cfg = cfg
+
+    def prompt_ids(self, sample: Sample) -> list[int]:
+        return self.chat_tokenizer.encode(sample.question)
+
+    def answer_ids(self, sample: Sample) -> list[int]:
+        """Answer ids followed by ``<|eot_id|>``: the true length Seer should keep (plus its margin)."""
+        return self.tokenizer.encode(" ".join(sample.answer), add_special_tokens=False).ids + [self.special.eot_id]
+
+    def prefix(self, model: LLaDAV, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompt embeddings [B, P, D] and validity [B, P]."""
+        size = self.cfg.vision.image_size
+        prompts = []
+        for s in samples:
+            pixels = None if s.image is None else torch.from_numpy(pixel_tiles(s.image, size))
+            prompts.append(model.embed_prompt(self.prompt_ids(s), pixels))
+        return left_pad_prompts(prompts)
+
+    def decode(self, ids: np.ndarray) -> list[str]:
+        """Answer text of each row: ids up to the first ``<|eot_id|>``, special tokens dropped."""
+        out = []
+        for row in np.asarray(ids):
+            row = row.tolist()
+            end = row.index(self.special.eot_id) if self.special.eot_id in row else len(row)
+            out.append(self.tokenizer.decode(row[:end], skip_special_tokens=True))
+        return out
+
+    def window(self, sample: Sample, length: int) -> list[int]:
+        """The SFT target window: answer, ``<|eot_id|>``, ``<|endoftext|>`` padding up to ``length``."""
+        ids = self.answer_ids(sample)
+        return ids + [self.special.endoftext_id] * (length - len(ids))

@@ -1,0 +1,137 @@
+"""Reference sampler with LLaDA-V ``generate_with_embeds`` semantics, batched (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch").
+
+In:  the model, left-padded prompt embeddings [B, P, D] with validity [B, P], generation settings, special
+     tokens, and optionally the kept window L* per row (Seer truncation) and step 0's logits.
+Out: ``Generation``: answer ids [B, N] (positions >= L* stay masks), L* and the steps each row used.
+
+Per step: logits of the answer window; at still-masked positions the endoftext / startoftext / header ids are
+-inf; x0 = argmax (Gumbel-max in float64 when temperature > 0); confidence = softmax probability of x0
+(``low_confidence``) or uniform noise (``random``); positions outside the row's current block (or past its
+L*) get -inf; each row commits its top-k, k from ``seer_trt.runtime.schedule``. As upstream, the mask id itself is not
+suppressed: a trained model never predicts it (it is never a training target). Upstream is batch 1 with a Python
+loop over rows; here the top-k is a rank comparison over the batch, so left-padded rows match batch 1.
+
+``early_stop`` is upstream's ``stopping_criteria=['<|eot_id|>']``, what LLaDA-V's demo and evaluation run
+(docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch"): once a row has committed an ``<|eot_id|>``, only positions before its first one may commit
+(a top-k that finds fewer eligible positions commits fewer), and the row stops, using no more forward passes,
+when no position before it is masked. The answer (ids before the first ``<|eot_id|>``) is then complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from seer_export.models.llada_v import LLaDAV, window_layout
+from seer_trt.contracts.config import GenerationConfig, SpecialTokens
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.runtime.schedule import plan_schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    tokens: np.ndarray  # [B, N] int64 answer ids; masks past each row's kept window
+    kept: np.ndarray  # [B] int64 L* (N without truncation)
+    steps: np.ndarray  # [B] int64 denoising steps (forward passes) each row used
+
+
+def suppress_special(logits: torch.Tensor, masked: torch.Tensor, special: SpecialTokens) -> torch.Tensor:
+    """-inf for the suppressed special ids at masked positions. ``where``, not ``bias * mask`` (-inf * 0 = NaN)."""
+    ids = torch.tensor(special.suppressed_ids, device=logits.device)
+    cols = logits[..., ids]  # [B, N, 4]
+    logits = logits.clone()
+    logits[..., ids] = torch.where(masked[..., None], torch.full_like(cols, float("-inf")), cols)
+    return logits
+
+
+def commit_top_k(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Boolean [B, N]: each row's ``k[b]`` most confident positions (stable order breaks ties by position)."""
+    order = torch.sort(confidence, dim=1, descending=True, stable=True).indices  # [B, N]
+    rank = torch.empty_like(order).scatter_(
+        1, order, torch.arange(order.shape[1], device=order.device).expand_as(order)
+    )
+    return rank < k[:, None]
+
+
+@torch.no_grad()
+def generate(
+    model: LLaDAV,
+    prefix_embeds: torch.Tensor,
+    prefix_valid: torch.Tensor,
+    gen: GenerationConfig,
+    special: SpecialTokens,
+    kept: np.ndarray | None = None,
+    step0_logits: torch.Tensor | None = None,
+    seed: int | list[int] = 0,
+    early_stop: bool = False,
+) -> Generation:
+    """Denoise an answer window of ``gen.gen_length`` positions, each row truncated to ``kept[b]`` if given.
+
+    Args:
+        model: the PyTorch LLaDA-V.
+        prefix_embeds: [B, P, D] prompt embeddings, left-padded.
+        prefix_valid: [B, P] bool, False on left padding.
+        gen: generation settings (N, steps, block_length, temperature, remasking).
+        special: the model's special token ids.
+        kept: [B] kept window per row (Seer's L*); None runs the full window (the padded baseline).
+        step0_logits: [B, N, V] logits of a full-depth step-zero pass to use for step 0 instead of a forward
+            on the truncated window (docs/DESIGN.md "Seer, exactly", Truncation).
+        seed: seeds the Gumbel noise and random remasking, one generator per row (an int seeds every row the
+            same way), so a row draws the same noise in a batch as alone.
+        early_stop: upstream's ``stopping_criteria=['<|eot_id|>']`` (see the module docstring).
+    """
+    batch, n = prefix_embeds.shape[0], gen.gen_length
+    if kept is not None and np.shape(kept) != (batch,):
+        raise ConfigError(f"kept must hold one length per row ({batch}), got shape {np.shape(kept)}")
+    seeds = [seed] * batch if isinstance(seed, int) else list(seed)
+    if len(seeds) != batch:
+        raise ConfigError(f"seed must be an int or one seed per row ({batch}), got {len(seeds)} seeds")
+    schedule = plan_schedule(gen, kept, batch)
+    device = prefix_embeds.device
+    kept_t = torch.as_tensor(schedule.kept, device=device)
+    segment_ids, position_ids = window_layout(prefix_valid, kept_t, n)
+    transfer = torch.as_tensor(schedule.transfer, device=device)  # [B, T]
+    block_end = torch.as_tensor(schedule.block_end, device=device)  # [B, T]
+    positions = torch.arange(n, device=device)[None]  # [1, N]
+    rngs = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
+
+    def noise(*shape: int) -> torch.Tensor:  # [B, *shape] float64, row b from its own generator
+        return torch.stack([torch.rand(shape, generator=g, dtype=torch.float64) for g in rngs]).to(device)
+
+    x = torch.full((batch, n), special.mask_id, dtype=torch.long, device=device)  # [B, N]
+    stop = torch.full((batch,), n, device=device)  # [B] first committed <|eot_id|> (N: none yet)
+    row_steps = torch.as_tensor(schedule.steps, device=device)  # [B]
+    used = torch.zeros(batch, dtype=torch.long, device=device)  # [B] forward passes each row took part in
+    for t in range(schedule.num_steps):
+        masked = x == special.mask_id  # [B, N]
+        before_stop = positions < torch.minimum(stop, kept_t)[:, None]  # [B, N] the kept window, before the stop
+        live = (masked & before_stop).any(1) & (t < row_steps)  # [B]
+        if not live.any():  # every row stopped early (early_stop), or has no step left
+            break
+        used += live.long()
+        logits = (
+            step0_logits
+            if (t == 0 and step0_logits is not None)
+            else model(prefix_embeds, x, segment_ids, position_ids)
+        )
+        logits = suppress_special(logits.float(), masked, special)  # [B, N, V]
+        if gen.temperature > 0:
+            gumbel = (-torch.log(noise(*logits.shape[1:]))) ** gen.temperature
+            shifted = logits.double() - logits.double().amax(-1, keepdim=True)  # same argmax, no exp overflow
+            x0 = torch.argmax(shifted.exp() / gumbel, dim=-1)
+        else:
+            x0 = torch.argmax(logits, dim=-1)  # [B, N]
+        if gen.remasking == "low_confidence":
+            p = torch.softmax(logits.double(), dim=-1)
+            conf = torch.gather(p, -1, x0[..., None])[..., 0]  # [B, N] float64
+        else:
+            conf = noise(n)
+        eligible = masked & (positions < block_end[:, t, None]) & before_stop & live[:, None]
+        conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
+        commit = commit_top_k(conf, transfer[:, t]) & eligible
+        x = torch.where(commit, x0, x)
+        if early_stop:
+            stop = torch.where(x == special.eot_id, positions, n).amin(1)
+    return Generation(tokens=x.cpu().numpy(), kept=schedule.kept, steps=used.cpu().numpy())

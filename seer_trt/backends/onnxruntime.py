@@ -1,0 +1,253 @@
+"""The ONNX Runtime backend: run the graphs a manifest names, by name, with named inputs and outputs (docs/DESIGN.md "Layout and dependency direction", "Graphs and their contract").
+
+In:  an export folder and its ``Manifest``; per call a graph name and a feed dict of numpy arrays.
+Out: the graph's outputs by name, as numpy arrays.
+
+Every backend offers the same small interface (``Backend``), so the pipeline, the router and the Triton model
+never know which one runs: ``run(graph, feeds)``, ``spec(graph)`` (names, dtypes, axes from the manifest),
+``max_shape(graph)`` (the largest lengths it accepts) and ``buckets()`` (the shapes its engines were built for).
+``OrtBackend`` is ONNX Runtime: the CPU execution provider by default, CUDA or TensorRT on request; a requested
+provider that ONNX Runtime does not actually use is an error, never a silent CPU fallback. It binds outputs to
+buffers allocated once per (graph, shape), per thread, so a loop over a static bucket allocates nothing per
+step; those bindings are kept least recently used first out within ``cache_bytes`` of outputs per thread, so a
+long-running server that sees every length stays bounded. Sessions are shared between threads (ONNX Runtime's
+``run`` is thread-safe), bindings are not.
+
+Weights are loaded once across sessions (docs/DESIGN.md "Graphs and their contract"): every graph of an export reads its tensors from one shared
+file, which ``OrtBackend`` memory-maps and hands to each session as shared initializers
+(``SessionOptions.add_initializer``), one ``OrtValue`` per tensor; its pages are read once, on first use, and
+shared with other processes mapping the same file. That needs ONNX Runtime's weight prepacking off: a session
+would otherwise keep its own packed copy of every MatMul weight (on the CPU: a few to 30 % slower steps on the
+fixture, for one copy of the weights instead of one per session). ``share_weights=False`` restores per-session
+loading and prepacking. CPU provider only: CUDA / TensorRT sessions load their own copy onto the device.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from seer_trt.backends.base import axis_sizes
+from seer_trt.contracts.errors import ConfigError, ManifestError
+from seer_trt.contracts.graphs import GraphSpec
+from seer_trt.contracts.manifest import Manifest, read_weights_index
+from seer_trt.contracts.profiles import LengthBuckets
+
+PROVIDERS = {  # --provider value -> ONNX Runtime execution provider
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+
+
+BINDING_CACHE_BYTES = 512 * 2**20  # output bytes of bindings kept per thread: every bucket of a fixture, a few at 8B
+
+
+# Graphs called step after step in the denoising loop: their thread pools may spin between calls. The others run
+# once per request (embed, vision, step_zero), and a spinning idle pool of theirs slowed the denoising steps right
+# after it by ~20 % on a 2-core machine.
+LOOP_GRAPHS = ("denoise", "denoise_logits")
+
+
+ONNX_TYPES = {  # ONNX Runtime's type strings -> manifest dtypes
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+}
+
+
+class OrtBackend:
+    """ONNX Runtime over an export folder; sessions open on first use of each graph."""
+
+    def __init__(self, folder: str | Path, manifest: Manifest, provider: str = "cpu", threads: int = 0,
+                 cache_bytes: int = BINDING_CACHE_BYTES, share_weights: bool = True) -> None:  # fmt: skip
+        """
+        Args:
+            folder: the export folder (``manifest.json`` and the graphs).
+            manifest: its manifest.
+            provider: "cpu", "cuda" or "tensorrt".
+            threads: intra-op threads per session, 0 for ONNX Runtime's default.
+            cache_bytes: output bytes of the bindings kept per thread (the most recent one is always kept).
+            share_weights: load each tensor of the shared weights file once for every session (CPU provider).
+
+        Raises:
+            ConfigError: an unknown provider, or one this ONNX Runtime build does not offer; negative threads.
+            ManifestError: a graph file the manifest names is missing.
+        """
+        import onnxruntime as ort
+
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise ConfigError(f"threads is {threads!r}; expected a whole number >= 0 (0: ONNX Runtime's default)")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ConfigError(f"cache_bytes is {cache_bytes!r}; expected a whole number of bytes >= 0")
+        if provider not in PROVIDERS:
+            raise ConfigError(f"unknown provider {provider!r}; choose from {sorted(PROVIDERS)}")
+        self.provider = PROVIDERS[provider]
+        available = ort.get_available_providers()
+        if self.provider not in available:
+            raise ConfigError(
+                f"ONNX Runtime {ort.__version__} offers {available}, not {self.provider}; install onnxruntime-gpu "
+                f"(with CUDA / TensorRT libraries) for --provider {provider}, or use --provider cpu"
+            )
+        self.name = f"onnxruntime-{provider}"
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self.threads = threads
+        self.cache_bytes = cache_bytes
+        for name, entry in manifest.graphs.items():
+            if not (self.folder / entry.file).is_file():
+                raise ManifestError(
+                    f"graph {name!r}: {self.folder / entry.file} is missing; re-export with seer-export --out {folder}"
+                )
+        self.share_weights = share_weights and provider == "cpu" and manifest.weights is not None
+        self._shared: dict[str, tuple[np.ndarray, object]] | None = None  # name -> (mapped array, its OrtValue)
+        self._sessions: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()  # per thread: a BindingCache
+
+    def _session(self, graph: str):
+        with self._lock:
+            if graph not in self._sessions:
+                self._sessions[graph] = self._open(graph)
+            return self._sessions[graph]
+
+    def _open(self, graph: str):
+        import onnxruntime as ort
+
+        entry = self.manifest.graph(graph)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if self.threads:
+            options.intra_op_num_threads = self.threads
+        if graph not in LOOP_GRAPHS:  # its idle threads would spin, stealing the cores of the steps that follow
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if self.share_weights:
+            options.add_session_config_entry("session.disable_prepacking", "1")  # a packed copy per session otherwise
+            for name, (_, value) in self._shared_weights().items():
+                options.add_initializer(name, value)  # a name the graph lacks is ignored by ONNX Runtime
+        path = self.folder / entry.file
+        try:
+            sess = ort.InferenceSession(str(path), options, providers=[self.provider])
+        except Exception as err:  # onnxruntime raises its own exception types for corrupt files
+            raise ManifestError(f"graph {graph!r}: {path} does not load ({err}); re-export with seer-export") from None
+        if sess.get_providers()[0] != self.provider:
+            raise ConfigError(
+                f"graph {graph!r}: ONNX Runtime runs it on {sess.get_providers()}, not the requested {self.provider}; "
+                f"check the CUDA / TensorRT libraries (onnxruntime logs why), or use --provider cpu"
+            )
+        check_io(graph, entry.spec, sess)
+        return sess
+
+    def _shared_weights(self) -> dict[str, tuple[np.ndarray, object]]:
+        """The shared weights file, memory-mapped, as one OrtValue per tensor (made once; called under the lock).
+
+        Raises:
+            ManifestError: the file or its index is missing, or the file's size is not the manifest's.
+        """
+        if self._shared is None:
+            import onnxruntime as ort
+
+            info = self.manifest.weights
+            path = self.folder / info.file
+            size = path.stat().st_size if path.is_file() else None
+            if size != info.size_bytes:
+                found = "missing" if size is None else f"{size} bytes"
+                raise ManifestError(f"{path} is {found}, the manifest says {info.size_bytes} bytes; re-export with "
+                                    f"seer-export --out {self.folder}")  # fmt: skip
+            data = np.memmap(path, dtype=np.uint8, mode="r")
+            shared = {}
+            for name, t in read_weights_index(self.folder, info).items():
+                array = data[t.offset : t.offset + t.length].view(t.dtype).reshape(t.shape)
+                shared[name] = (array, ort.OrtValue.ortvalue_from_numpy(array))  # no copy: the array stays mapped
+            self._shared = shared
+        return self._shared
+
+    def spec(self, graph: str) -> GraphSpec:
+        return self.manifest.graph(graph).spec
+
+    def max_shape(self, graph: str) -> dict[str, int] | None:
+        return None
+
+    def buckets(self) -> LengthBuckets | None:
+        return None
+
+    def bindings(self) -> BindingCache:
+        """This thread's bindings."""
+        cache = self._local.__dict__.get("bindings")
+        if cache is None:
+            cache = self._local.bindings = BindingCache(self.cache_bytes)
+        return cache
+
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        sess = self._session(graph)
+        key = (graph, tuple((k, np.shape(v)) for k, v in feeds.items()))
+        binding, outputs = self.bindings().get(key, lambda: self._bind(sess, graph, feeds))
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        sess.run_with_iobinding(binding)
+        return outputs
+
+    def _bind(self, sess, graph: str, feeds: Mapping[str, np.ndarray]):
+        """An IOBinding whose outputs live in arrays allocated here, once for these input shapes."""
+        import onnxruntime as ort
+
+        spec = self.spec(graph)
+        sizes = axis_sizes(spec, feeds)
+        binding = sess.io_binding()
+        outputs: dict[str, np.ndarray] = {}
+        for out in spec.outputs:
+            shape = tuple(sizes[a] if isinstance(a, str) else a for a in out.shape)
+            outputs[out.name] = np.empty(shape, dtype=out.dtype)
+            binding.bind_ortvalue_output(out.name, ort.OrtValue.ortvalue_from_numpy(outputs[out.name]))
+        return binding, outputs
+
+    def close(self) -> None:
+        with self._lock:
+            self._sessions.clear()
+            self._shared = None  # after the sessions that use them
+        self._local = threading.local()
+
+
+class BindingCache:
+    """One thread's IOBindings and their output arrays by (graph, feed shapes), least recently used first out once
+    their outputs pass ``max_bytes`` (the most recent entry always stays: it is the call being made)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[tuple, tuple[object, dict[str, np.ndarray], int]] = OrderedDict()
+        self.nbytes = 0  # output bytes held
+
+    def get(self, key: tuple, make: Callable[[], tuple[object, dict[str, np.ndarray]]]):
+        """(binding, outputs) of ``key``, made by ``make`` on a miss."""
+        if key in self.entries:
+            self.entries.move_to_end(key)
+        else:
+            binding, outputs = make()
+            size = sum(a.nbytes for a in outputs.values())
+            self.entries[key] = (binding, outputs, size)
+            self.nbytes += size
+            while self.nbytes > self.max_bytes and len(self.entries) > 1:
+                _, (_, _, dropped) = self.entries.popitem(last=False)
+                self.nbytes -= dropped
+        binding, outputs, _ = self.entries[key]
+        return binding, outputs
+
+
+def check_io(graph: str, spec: GraphSpec, sess) -> None:
+    """The session's inputs and outputs are the manifest's, by name and dtype."""
+
+    def io(args: Sequence) -> list[tuple[str, str]]:
+        return [(a.name, ONNX_TYPES.get(a.type, a.type)) for a in args]
+
+    found = (io(sess.get_inputs()), io(sess.get_outputs()))
+    expected = ([(t.name, t.dtype) for t in spec.inputs], [(t.name, t.dtype) for t in spec.outputs])
+    if found != expected:
+        raise ManifestError(
+            f"graph {graph!r} does not match the manifest: the file has inputs/outputs {found}, the manifest "
+            f"{expected}; the export folder was modified, re-export with seer-export"
+        )

@@ -1,0 +1,1 @@
+"""The command-line tools: argparse only, one module per command, each a thin layer over a library function."""

@@ -1,0 +1,205 @@
+"""What every command shares: one ``run_main``, a parser whose errors are one line, and the argument groups that
+several commands take (engines, backend, generation, cache, samples, model, report), declared once.
+
+In:  the command's name, its parser and the function doing its work.
+Out: that function's exit status; for an error a user caused, exit status 2 and one line on stderr (``--verbose``
+     re-raises); for Ctrl-C / SIGTERM / SIGHUP, 128 + the signal and one line.
+
+Nothing here imports a stage: defaults come from ``seer_trt.contracts``, so ``--help`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from seer_trt.contracts.errors import SeerError
+from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_CACHE, DEFAULT_POLICY, ORDERS, POLICIES
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line naming ``--help``, exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}; see {self.prog} --help", file=sys.stderr)
+        raise SystemExit(2)
+
+
+EXPORT_MODULES = ("torch", "transformers", "safetensors", "onnx", "onnxscript")  # what the export extra brings
+
+
+def require_extra(prog: str, modules: tuple[str, ...] = EXPORT_MODULES, extra: str = "export") -> None:
+    """Refuse to start, in one line, when an extra's packages are missing (a runtime-only ``pip install .``).
+
+    Raises:
+        ConfigError: naming the missing packages and the install command.
+    """
+    import importlib.util
+
+    from seer_trt.contracts.errors import ConfigError
+
+    def importable(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            return False
+
+    missing = [m for m in modules if not importable(m)]
+    if missing:
+        raise ConfigError(f"{prog} needs the '{extra}' extra ({', '.join(missing)} not installed); install it with "
+                          f"pip install 'seer-trt[{extra}]'")  # fmt: skip
+
+
+def interrupted(prog: str, err: KeyboardInterrupt, verbose: bool) -> int:
+    """One line for Ctrl-C / SIGTERM / SIGHUP, exit status 128 + the signal; ``--verbose`` re-raises."""
+    from seer_trt.contracts.outfolder import signal_name
+
+    if verbose:
+        raise err
+    name, signum = signal_name(err)
+    print(f"{prog}: interrupted ({name}); nothing half-written was left behind", file=sys.stderr)
+    return 128 + signum
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print: a lone surrogate (a path or argument that was not UTF-8) shown escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def fail(prog: str, err: BaseException, verbose: bool) -> int:
+    """One line on stderr for an error a user caused, exit status 2; ``--verbose`` re-raises it."""
+    if verbose:
+        raise err
+    print(printable(f"{prog}: error: {err}"), file=sys.stderr)
+    return 2
+
+
+def run_main(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Namespace], int],
+             argv: list[str] | None = None, signals: bool = False) -> int:  # fmt: skip
+    """The ``main`` of every command: parse ``argv``, return ``work(args)``; a ``SeerError`` or ``OSError`` becomes
+    one line and exit status 2, an interrupt one line and 128 + the signal.
+
+    Args:
+        signals: SIGTERM and SIGHUP interrupt ``work`` as Ctrl-C does (commands that write output folders, so the
+            staging folder is removed on the way out).
+    """
+    from seer_trt.contracts.outfolder import signals_as_interrupts
+
+    args = parser.parse_args(argv)
+    verbose = getattr(args, "verbose", False)
+    try:
+        if signals:
+            with signals_as_interrupts():
+                return work(args)
+        return work(args)
+    except KeyboardInterrupt as err:
+        return interrupted(prog, err, verbose)
+    except (SeerError, OSError) as err:
+        return fail(prog, err, verbose)
+
+
+def write_output(path: Path | None, text: str) -> None:
+    """``text`` to the file at ``path`` (never half-written: a partial file is swapped in when complete), or to
+    stdout when ``path`` is None."""
+    if path is None:
+        sys.stdout.write(text)
+        return
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def command_line(prog: str, argv: list[str] | None) -> str:
+    """The command as typed, for reports."""
+    return " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
+
+
+# --- argument groups ------------------------------------------------------------------------------------------
+
+
+def add_engines(ap: argparse.ArgumentParser, help: str = "export folder written by seer-export") -> None:
+    ap.add_argument("--engines", type=Path, required=True, help=help)
+
+
+def add_verbose(ap: argparse.ArgumentParser, help: str = "tracebacks on errors") -> None:
+    ap.add_argument("--verbose", action="store_true", help=help)
+
+
+def add_threads(ap: argparse._ActionsContainer, default: int = 0, help: str = "") -> None:
+    """``--threads``: ONNX Runtime's intra-op threads; 0 is ONNX Runtime's own choice."""
+    what = help or "ONNX Runtime intra-op threads"
+    ap.add_argument(
+        "--threads", type=int, default=default, help=f"{what} (default: {default or 'ONNX Runtime chooses'})"
+    )
+
+
+def add_backend(ap: argparse.ArgumentParser) -> None:
+    """How an export's graphs run: ``SeerPipeline.from_manifest``'s backend, provider, threads, checks."""
+    g = ap.add_argument_group("backend")
+    g.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "tensorrt", "tensorrt-rtx"),
+                   help="onnxruntime (default), or the TensorRT plans seer-build recorded")  # fmt: skip
+    g.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu (default), cuda, tensorrt")
+    add_threads(g)
+    g.add_argument("--verify", action="store_true",
+                   help="check every graph file against the sha256 the export recorded before running")  # fmt: skip
+    g.add_argument("--cuda-graphs", action="store_true",
+                   help="TensorRT backends: replay CUDA graphs for calls at a static bucket shape")  # fmt: skip
+    g.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES,
+                   help=f"how rows of different lengths are batched (default: {DEFAULT_POLICY}, timed on the backend "
+                   f"before the first batch that needs it)")  # fmt: skip
+
+
+def add_generation(ap: argparse.ArgumentParser) -> None:
+    """Overrides of the export's generation defaults, as ``Request`` fields."""
+    g = ap.add_argument_group("generation")
+    g.add_argument("--gen-length", type=int, help="answer window (default: the export's)")
+    g.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
+    g.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
+    g.add_argument("--no-seer", action="store_true", help="the padded baseline: denoise all gen_length positions")
+    g.add_argument("--early-stop", action="store_true",
+                   help="LLaDA-V's official stopping criterion: stop once the answer before the first <|eot_id|> "
+                   "is complete (with or without Seer)")  # fmt: skip
+
+
+def add_cache(ap: argparse.ArgumentParser, default: str = DEFAULT_CACHE.mode, orders: bool = True,
+              why: str = "") -> None:  # fmt: skip
+    """The prompt K/V cache policy (``CacheConfig``): mode, refresh interval, forecast order."""
+    g = ap.add_argument_group("prompt K/V cache")
+    g.add_argument("--cache", choices=CACHE_MODES, default=default,
+                   help=f"none (every step computes the prompt: the exact loop), reuse (refresh every "
+                   f"--refresh-interval steps and at block starts, reuse in between) or forecast (ResilPhase "
+                   f"extrapolation between refreshes) (default: {default}{why})")  # fmt: skip
+    g.add_argument("--refresh-interval", type=int, default=DEFAULT_CACHE.refresh,
+                   help=f"steps between exact prompt computations under --cache reuse/forecast (default: "
+                   f"{DEFAULT_CACHE.refresh})")  # fmt: skip
+    if orders:
+        g.add_argument("--forecast-order", type=int, default=DEFAULT_CACHE.order, choices=ORDERS,
+                       help=f"Lagrange order of --cache forecast (default: {DEFAULT_CACHE.order})")  # fmt: skip
+
+
+def add_samples(ap: argparse.ArgumentParser, n: int, seed: int, what: str = "held-out prompts") -> None:
+    """How many held-out prompts of the fixture task, and their seed."""
+    g = ap.add_argument_group("prompts")
+    g.add_argument("--n", type=int, default=n, help=f"{what} (default {n})")
+    g.add_argument("--seed", type=int, default=seed, help=f"their seed (default {seed})")
+
+
+def add_model(ap: argparse.ArgumentParser, default: str = "tiny-llada-v") -> None:
+    """Which PyTorch checkpoint: a registry name and, optionally, the folder it is in."""
+    g = ap.add_argument_group("model")
+    g.add_argument("--model", default=default,
+                   help=f"registered model: tiny-llada-v (the bundled fixture), llada-v (default: {default})")  # fmt: skip
+    g.add_argument("--checkpoint", type=Path,
+                   help="checkpoint folder (config.json, safetensors, tokenizer); default: the registry's, or the "
+                   "local Hugging Face cache")  # fmt: skip
+
+
+def add_report(ap: argparse.ArgumentParser, json: str = "write the figures here", plot: str | None = None) -> None:
+    """Where a measuring command writes its report (``--json``) and its figure (``--plot``)."""
+    g = ap.add_argument_group("report")
+    g.add_argument("--json", type=Path, help=json)
+    if plot is not None:
+        g.add_argument("--plot", type=Path, help=plot)

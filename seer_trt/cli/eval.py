@@ -1,0 +1,89 @@
+"""``seer-eval``: accuracy of every mode, or fidelity of every cache policy, on held-out fixture prompts
+(``seer_trt.eval.accuracy`` does the work; docs/DESIGN.md "Measuring")."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from seer_trt.cli.common import (
+    Parser,
+    add_engines,
+    add_report,
+    add_samples,
+    add_verbose,
+    command_line,
+    require_extra,
+    run_main,
+)
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.policies import CACHE_MODES
+from seer_trt.eval.tasks import HELD_OUT_SEED
+
+PROG = "seer-eval"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(
+        prog=PROG,
+        description="Accuracy of the padded loop, LLaDA-V's early-stopping loop, Seer and the oracle (window cut at "
+        "the true length) on held-out prompts of the fixture task, through an export of tiny-llada-v.",
+    )
+    add_engines(ap, "export folder (seer-export --model tiny-llada-v)")
+    add_samples(ap, n=200, seed=HELD_OUT_SEED)
+    ap.add_argument("--gen-length", type=int, help="answer window N (default: the export's)")
+    g = ap.add_argument_group("prompt K/V cache fidelity")
+    g.add_argument("--cache", help=f"prompt K/V cache policies to measure against the exact loop, comma-separated "
+                   f"({', '.join(CACHE_MODES[1:])}): Seer under each instead of the modes table")  # fmt: skip
+    g.add_argument("--refresh-interval", default="2,4,8",
+                   help="refresh intervals R of --cache, comma-separated (default 2,4,8)")  # fmt: skip
+    g.add_argument("--forecast-order", type=int, default=1, help="Lagrange order of the forecast policy (1 or 2)")
+    g.add_argument("--drift-gate", type=float,
+                   help="--cache: also each policy with this drift gate (relative K/V error that brings a refresh "
+                   "forward)")  # fmt: skip
+    add_report(ap, plot="write a PNG here: L* minus true length, exact match per mode")
+    add_verbose(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, build_parser(), lambda args: work(args, command_line(PROG, argv)), argv)
+
+
+def work(args: argparse.Namespace, command: str) -> int:
+    from seer_trt.eval import cache_fidelity
+    from seer_trt.eval.accuracy import MODES, cache_policies, evaluate, evaluate_cache, plot, table
+    from seer_trt.eval.report import write_json
+
+    if args.n < 1:
+        raise ConfigError(f"--n must be >= 1, got {args.n}")
+    if args.plot:  # before the work, not after it
+        require_extra("seer-eval --plot", ("matplotlib",))
+    t0 = time.time()
+
+    def progress(text: str) -> None:
+        print(f"[{time.time() - t0:6.1f}s] seer-eval {text}", file=sys.stderr, flush=True)
+
+    if args.cache:
+        configs = cache_policies(args.cache, args.refresh_interval, args.forecast_order, args.drift_gate)
+        progress(f"{args.n} prompts x {len(configs) + 1} cache policies (the exact loop first)")
+        report = evaluate_cache(args.engines, configs, args.n, args.seed, args.gen_length, progress)
+        report["command"] = command
+        print(cache_fidelity.table(report, args.n, report["gen_length"], report["detector"]))
+        if args.json:
+            write_json(args.json, report)
+        return 0
+    progress(f"{args.n} prompts x {len(MODES)} modes ({', '.join(MODES)})")
+    report = evaluate(args.engines, args.n, args.seed, args.gen_length, progress=progress)
+    report["command"] = command
+    print(table(report["modes"], args.n, report["gen_length"], report["detector"]))
+    if args.json:
+        write_json(args.json, report)
+    if args.plot:
+        plot(report["modes"], args.plot, report["gen_length"], report["detector"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""``seer-prompt-ids``: what the C++ runtime takes as input (docs/DESIGN.md "C++ runtime"), from what ``seer-run`` takes.
+
+In:  ``--engines DIR`` and one ``--prompt`` (with ``--image``, ``--system``), or ``--input requests.jsonl`` of
+     seer-run's requests.
+Out: C++ requests (``cpp/build/seer_run --input``, ``seer::Request``): ``prompt_ids`` chat-formatted by the export's
+     own template and tokenizer, through the runtime's own encoder (``PromptFormat.ids``: user text never becomes
+     control tokens, ``<image>`` is prepended when an image comes without one, ``IMAGE_PLACEHOLDER`` marks where its
+     features go), and the image as preprocessed float32 pixel tiles [tiles, 3, S, S] in a ``.npy`` file
+     (``image_tiles``; anyres exports also get ``image_grid`` and ``image_size``). Other fields pass through.
+
+The C++ runtime reads no tokenizer for prompts: a chat template is Jinja and LLaDA-V's tokenizer is BPE, both
+already done right here; so a C++ service either calls this once per prompt or ports its tokenizer's encoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from seer_trt.cli.common import Parser, add_engines, add_verbose, run_main, write_output
+from seer_trt.contracts.errors import InputError, SeerError
+from seer_trt.serving.cpp import CppRequests
+
+PROG = "seer-prompt-ids"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog=PROG, description="Chat-formatted prompt ids and pixel tiles of requests, for the C++ runtime "
+                "(cpp/build/seer_run): one JSON request per line on stdout or in --output.")  # fmt: skip
+    add_engines(ap)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the question; put <image> where the image goes (prepended when absent)")
+    src.add_argument("--input", type=Path, help="seer-run's JSONL requests to convert")
+    ap.add_argument("--image", type=Path, help="image file for --prompt (needs --tiles)")
+    ap.add_argument("--system", help="system message instead of the export's ('' for none)")
+    ap.add_argument("--tiles", type=Path, help="--prompt: write the image's pixel tiles to this .npy file")
+    ap.add_argument("--tiles-dir", type=Path, help="--input: write each image's tiles here, as LINE.npy")
+    ap.add_argument("--output", type=Path, help="JSONL file for the C++ requests (default: stdout)")
+    add_verbose(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, build_parser(), work, argv)
+
+
+def work(args: argparse.Namespace) -> int:
+    if args.input is not None and (args.image or args.tiles or args.system is not None):
+        raise InputError("--image, --system and --tiles go with --prompt; in --input each request has its own")
+    conv = CppRequests(args.engines)
+    if args.prompt is not None:
+        data: dict[str, Any] = {"prompt": args.prompt}
+        if args.image is not None:
+            data["image"] = str(args.image)
+        if args.system is not None:
+            data["system"] = args.system
+        lines = [json.dumps(conv.convert(data, args.tiles))]
+    else:
+        try:
+            text = args.input.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise InputError(f"cannot read --input {args.input} ({err}); pass a UTF-8 JSONL file") from None
+        tiles_dir = args.tiles_dir
+        lines = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"line {number}: not JSON ({err.msg})") from None
+            path = None if tiles_dir is None else tiles_dir / f"{number}.npy"
+            try:
+                lines.append(json.dumps(conv.convert(data, path)))
+            except SeerError as err:
+                raise InputError(f"line {number}: {err}") from None
+    text = "".join(line + "\n" for line in lines)
+    write_output(args.output, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""``seer-triton``: a Triton Inference Server model repository for an export folder (docs/DESIGN.md "Serving and embedding").
+
+In:  ``--engines DIR`` (a ``seer-export`` folder, with TensorRT plans when ``seer-build`` ran), ``--out REPO``,
+     ``--flavour gpu|cpu``, ``--name NAME``.
+Out: REPO/ (see ``seer_trt.serving.triton.repository``), written atomically and checked; one line per model on stdout.
+     Bad input: one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from seer_trt.cli.common import Parser, add_cache, add_engines, add_threads, add_verbose, run_main
+
+PROG = "seer-triton"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(
+        prog=PROG,
+        description="Write a Triton model repository serving an export with Seer: an orchestrator model (Python "
+        "backend, BLS) running the seer_trt pipeline, and one component model per graph.",
+    )
+    add_engines(ap, "export folder written by seer-export / seer-build")
+    ap.add_argument("--out", type=Path, required=True, help="model repository folder to write")
+    ap.add_argument("--flavour", default="gpu", choices=("gpu", "cpu"),
+                    help="gpu: tensorrt_plan models (onnxruntime_onnx + TensorRT when no plans were built); cpu: "
+                    "Python-backend models running ONNX Runtime (default: gpu)")  # fmt: skip
+    ap.add_argument("--name", default="seer", help="the orchestrator's model name; components are NAME_GRAPH")
+    ap.add_argument("--instances", type=int, default=2, help="orchestrator instances (default: 2)")
+    add_threads(ap, help="ONNX Runtime threads per cpu component")
+    add_cache(ap, default="none", orders=False, why="; the orchestrator's BLS calls move tensors through host memory")
+    ap.add_argument("--force", action="store_true", help="replace a repository seer-triton wrote at --out; a folder "
+                    "holding anything else is never replaced")  # fmt: skip
+    add_verbose(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, build_parser(), work, argv, signals=True)
+
+
+def work(args: argparse.Namespace) -> int:
+    from seer_trt.contracts.policies import CacheConfig
+    from seer_trt.serving.triton.repository import plan_repository, write_repository
+
+    cache = CacheConfig(args.cache, args.refresh_interval)
+    plan = plan_repository(args.engines, args.flavour, args.name, args.instances, args.threads, cache)
+    out = write_repository(plan, args.out, args.force)
+    for model in plan.models:
+        print(f"{model.name}: {model.platform or model.backend}")
+    print(f"{PROG}: wrote {len(plan.models)} models ({args.flavour}) to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Configuration shared by the exporter and the runtime: special tokens, generation defaults, Seer calibration.
+
+Each is a frozen dataclass validated on construction and round-tripped through JSON (``to_dict`` /
+``from_dict``), so a model's ``config.json`` and later the manifest carry them verbatim. Nothing here holds a
+token id as a literal: ids are resolved from the model's tokenizer by token string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Literal
+
+from seer_trt.contracts.errors import ConfigError
+
+Signal = Literal["mlp_sparsity", "probe", "end_token_prob"]
+Statistic = Literal["abs_below", "gate_negative"]
+Direction = Literal["up", "down"]
+Detector = Literal["jump", "threshold"]
+
+SIGNALS = ("mlp_sparsity", "probe", "end_token_prob")
+STATISTICS = ("abs_below", "gate_negative")
+DIRECTIONS = ("up", "down")
+DETECTORS = ("jump", "threshold")
+PROBE_EPS = 1e-6  # the probe reads the residual stream RMS-normalised (no weight): x / sqrt(mean(x^2) + eps)
+
+
+def _from_dict(cls, data: dict[str, Any], where: str):
+    """Build dataclass ``cls`` from ``data``, naming unknown keys instead of ignoring them."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; expected a subset of {sorted(names)}")
+    return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialTokens:
+    """Token strings LLaDA-V gives a meaning to, and their ids in one tokenizer.
+
+    The strings are the model family's (LLaDA-V SFT layout: answer, ``<|eot_id|>``, then ``<|endoftext|>``
+    padding); the ids are whatever the tokenizer maps them to, so the fixture and the real model differ.
+    """
+
+    mask_id: int  # <|mdm_mask|>: every answer position at step zero
+    endoftext_id: int  # <|endoftext|>: padding after the answer
+    startoftext_id: int  # <|startoftext|>: BOS
+    eot_id: int  # <|eot_id|>: end of the answer, the position Seer looks for
+    start_header_id: int  # <|start_header_id|>
+    end_header_id: int  # <|end_header_id|>
+
+    STRINGS = {
+        "mask_id": "<|mdm_mask|>",
+        "endoftext_id": "<|endoftext|>",
+        "startoftext_id": "<|startoftext|>",
+        "eot_id": "<|eot_id|>",
+        "start_header_id": "<|start_header_id|>",
+        "end_header_id": "<|end_header_id|>",
+    }
+
+    @property
+    def suppressed_ids(self) -> tuple[int, ...]:
+        """Ids whose logits are -inf at masked positions (LLaDA-V ``generate_with_embeds``)."""
+        return (self.endoftext_id, self.startoftext_id, self.start_header_id, self.end_header_id)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer_json: str | Path) -> SpecialTokens:
+        """Resolve every id from a ``tokenizer.json`` (the light ``tokenizers`` package, no transformers)."""
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(tokenizer_json))
+        ids: dict[str, int] = {}
+        for field, text in cls.STRINGS.items():
+            idx = tok.token_to_id(text)
+            if idx is None:
+                raise ConfigError(
+                    f"tokenizer {tokenizer_json} has no token {text!r}; a LLaDA-V tokenizer must define all of "
+                    f"{sorted(cls.STRINGS.values())}"
+                )
+            ids[field] = idx
+        return cls(**ids)
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpecialTokens:
+        return _from_dict(cls, data, "special_tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationConfig:
+    """Sampler settings with LLaDA-V's defaults (``generate_with_embeds``: 128 / 128 / 128, greedy)."""
+
+    gen_length: int = 128  # N answer positions, all masks at step zero
+    steps: int = 128  # denoising steps over the whole window
+    block_length: int = 128  # semi-autoregressive block; == gen_length means one block
+    temperature: float = 0.0  # 0: greedy argmax; > 0: Gumbel-max in float64
+    remasking: Literal["low_confidence", "random"] = "low_confidence"
+
+    def __post_init__(self) -> None:
+        for name in ("gen_length", "steps", "block_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t):
+            raise ConfigError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+
+        if self.gen_length % self.block_length:
+            raise ConfigError(
+                f"gen_length {self.gen_length} is not a multiple of block_length {self.block_length}; "
+                "choose a block_length that divides gen_length"
+            )
+        blocks = self.gen_length // self.block_length
+        if self.steps % blocks:
+            raise ConfigError(
+                f"steps {self.steps} is not a multiple of the number of blocks {blocks} "
+                f"(gen_length {self.gen_length} / block_length {self.block_length}); choose steps divisible by it"
+            )
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.remasking not in ("low_confidence", "random"):
+            raise ConfigError(f"remasking must be 'low_confidence' or 'random', got {self.remasking!r}")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GenerationConfig:
+        return _from_dict(cls, data, "generation")
+
+
+@dataclasses.dataclass(frozen=True)
+class SeerConfig:
+    """Which step-zero signal predicts the answer end, and the detector that turns it into L* (docs/DESIGN.md "Seer, exactly").
+
+    The defaults are the paper's rule for LLaDA-8B-class models: fraction of ``|h| < 1e-3`` in the SwiGLU
+    intermediate (the input of ``down_proj``) at layer 3, jump upwards, ``tau_jump`` 0.03, ``gamma`` 0.6,
+    window 3, one token of margin after the predicted ``<|eot_id|>``.
+
+    Signals: ``mlp_sparsity`` (an MLP statistic of layer k), ``probe`` (a linear probe on the RMS-normalised
+    residual stream after layer k: ``sigmoid(w . x / rms(x) + b)``, the probability that a position is at or
+    past the end), both computed by the early-exit ``step_zero`` graph (layers 0..k only); ``end_token_prob``
+    (p(<|eot_id|>) + p(<|endoftext|>) from a full-depth pass, which then serves as denoising step 0).
+    Detectors: ``jump`` (the paper's SNR rule: tau_jump, gamma, window, direction) or ``threshold`` (the
+    smallest position from which every score exceeds ``threshold``); default: jump for mlp_sparsity,
+    threshold otherwise.
+    """
+
+    signal: Signal = "mlp_sparsity"
+    statistic: Statistic = "abs_below"  # abs_below: mean(|h| < tau_abs); gate_negative: mean(gate(x) < 0)
+    probe_layer: int = 3  # 0-based decoder layer: its MLP (mlp_sparsity) or the residual stream after it (probe)
+    tau_abs: float = 1e-3  # threshold of the abs_below statistic
+    direction: Direction = "up"  # the profile jumps up (paper) or down at the answer end
+    tau_jump: float = 0.03  # minimum jump over the previous position
+    gamma: float = 0.6  # maximum window spread, as a fraction of the jump
+    window: int = 3  # positions that must all sit past the jump
+    margin: int = 1  # tokens kept after the predicted <|eot_id|>
+    detector: Detector | None = None  # None: "jump" for mlp_sparsity, "threshold" for probe / end_token_prob
+    threshold: float = 0.5  # threshold detector: cut where every later score exceeds this (a probability)
+    probe_weights: tuple[float, ...] = ()  # probe: one weight per hidden unit, on the RMS-normalised residual
+    probe_bias: float = 0.0  # probe: added to the dot product before the sigmoid
+    label: str = "paper"  # how tables name this setting ("paper" only for the paper-exact rule)
+
+    def __post_init__(self) -> None:
+        if self.signal not in SIGNALS:
+            raise ConfigError(f"seer.signal must be one of {SIGNALS}, got {self.signal!r}")
+        if self.statistic not in STATISTICS:
+            raise ConfigError(f"seer.statistic must be one of {STATISTICS}, got {self.statistic!r}")
+        if self.direction not in DIRECTIONS:
+            raise ConfigError(f"seer.direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if self.detector is None:
+            object.__setattr__(self, "detector", "jump" if self.signal == "mlp_sparsity" else "threshold")
+        if self.detector not in DETECTORS:
+            raise ConfigError(f"seer.detector must be one of {DETECTORS}, got {self.detector!r}")
+        if self.probe_layer < 0:
+            raise ConfigError(f"seer.probe_layer must be >= 0, got {self.probe_layer}")
+        if self.window < 1:
+            raise ConfigError(f"seer.window must be >= 1, got {self.window}")
+        if self.margin < 0:
+            raise ConfigError(f"seer.margin must be >= 0, got {self.margin}")
+        if not self.tau_jump > 0 or not self.gamma >= 0:
+            raise ConfigError(f"seer.tau_jump must be > 0 and seer.gamma >= 0, got {self.tau_jump}, {self.gamma}")
+        if not 0.0 < self.threshold < 1.0:
+            raise ConfigError(f"seer.threshold must be in (0, 1), got {self.threshold}")
+        try:
+            weights = tuple(float(w) for w in self.probe_weights)
+            object.__setattr__(self, "probe_bias", float(self.probe_bias))
+        except (TypeError, ValueError):
+            raise ConfigError("seer.probe_weights must be a list of numbers and seer.probe_bias a number") from None
+        object.__setattr__(self, "probe_weights", weights)
+        if self.signal == "probe" and not weights:
+            raise ConfigError(
+                "seer.signal 'probe' needs seer.probe_weights (one per hidden unit); calibrate them with "
+                "seer-calibrate --write, or choose another signal"
+            )
+
+    @property
+    def full_depth(self) -> bool:
+        """True when the signal needs every layer and the head (end_token_prob): that pass serves as step 0."""
+        return self.signal == "end_token_prob"
+
+    def layers_computed(self, num_layers: int) -> int:
+        """Decoder layers the step-zero pass runs: k + 1 for an early exit, all of them at full depth."""
+        return num_layers if self.full_depth else self.probe_layer + 1
+
+    @property
+    def name(self) -> str:
+        """What tables call this detector: "paper rule at layer 3", "probe at layer 2", "end-token at full depth"."""
+        if self.signal == "end_token_prob":
+            return "end-token at full depth"
+        if self.signal == "probe":
+            return f"probe at layer {self.probe_layer}"
+        rule = "paper rule" if self.statistic == "abs_below" else "gate-sign rule"
+        return f"{rule} at layer {self.probe_layer}"
+
+    def describe(self) -> str:
+        """``name`` with the detector's parameters, e.g. "probe at layer 2 (p > 0.5, margin 1)"."""
+        if self.detector == "threshold":
+            rule = f"p > {self.threshold:g}"
+        else:
+            rule = f"jump {self.direction}, tau_jump {self.tau_jump:g}, gamma {self.gamma:g}, window {self.window}"
+        stat = ""
+        if self.signal == "mlp_sparsity":
+            stat = f"|h| < {self.tau_abs:g}, " if self.statistic == "abs_below" else "gate < 0, "
+        return f"{self.name} ({stat}{rule}, margin {self.margin})"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["probe_weights"] = list(self.probe_weights)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SeerConfig:
+        return _from_dict(cls, data, "seer")
+
+    def replace(self, **changes: Any) -> SeerConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """Read a JSON object, turning a missing or corrupt file into one ConfigError line."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path} is not readable JSON ({err}); regenerate or restore it") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} holds a {type(data).__name__}, expected a JSON object")
+    return data

@@ -1,0 +1,450 @@
+"""``manifest.json``: everything the runtime and the engine builder need to know about an export (docs/DESIGN.md "Graphs and their contract").
+
+In:  an export folder written by ``seer-export`` (graphs, ``tokenizer/``, ``manifest.json``).
+Out: ``Manifest``: model dims, vision preprocessing, special ids, tokenizer folder and system prompt, Seer
+     calibration, generation defaults, each graph's file / I/O / precision, length buckets, engines per backend
+     and what ``seer-build`` built (``EngineBuild``: TensorRT version, device, profiles, ONNX sha256 per plan),
+     tool versions, and the parity report the export measured.
+
+Versioned: ``schema_version`` "MAJOR.MINOR". A reader accepts its own major version and any minor (a newer
+minor only adds keys, which are ignored); another major is refused with the fix (re-export). Every class is a
+frozen dataclass with ``to_dict`` / ``from_dict``; ``Manifest.read`` / ``write`` do the JSON.
+1.1 added ``builds`` (absent from 1.0 manifests, read as none). 1.2 added ``checksums`` (sha256 of every file the
+graphs read, ``seer_trt.contracts.integrity``), the image limits of ``VisionInfo`` and the ``buckets`` a build planned its
+profiles from (``EngineBuild``); absent from older manifests, read as none / the defaults. 2.0: one window graph
+(``denoise`` gained ``p_end``; ``step_zero_full`` is gone), ``step_zero`` may return ``probe_score``, every graph
+reads one shared weights file (``weights``), and the Seer calibration gained a probe signal and a detector: 1.x
+exports are refused. 2.1: the window graphs (``denoise``, ``denoise_logits``) take a prompt K/V cache
+(``past_weights``, ``past_key_values.{i}.key/value``) and return ``present.{i}.key/value``
+(``seer_trt.contracts.graphs.cache_specs``); a 2.0 export runs with cache "none" only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.contracts.errors import ManifestError, SeerError
+from seer_trt.contracts.graphs import GraphSpec, TensorSpec
+from seer_trt.contracts.profiles import LengthBuckets, Profile
+
+SCHEMA_VERSION = "2.1"
+MANIFEST_FILE = "manifest.json"
+TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
+WEIGHTS_INDEX = "weights.json"  # name -> where in the shared weights file, one line per tensor
+
+
+def _take(data: Any, cls: type, where: str, lenient: bool) -> dict[str, Any]:
+    """The fields of dataclass ``cls`` from ``data``; a missing required key is an error, unknown keys only when
+    not ``lenient`` (a manifest of our own minor version or older has no keys we do not know)."""
+    if not isinstance(data, dict):
+        raise ManifestError(f"{where} is a {type(data).__name__}, expected a JSON object")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    required = [
+        n for n, f in fields.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise ManifestError(f"{where} lacks {missing}; the manifest is incomplete, re-export it with seer-export")
+    unknown = sorted(set(data) - set(fields))
+    if unknown and not lenient:
+        raise ManifestError(f"{where} has unknown key(s) {unknown}; expected a subset of {sorted(fields)}")
+    return {n: data[n] for n in fields if n in data}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    name: str  # registry name (--model), e.g. "tiny-llada-v", "llada-v"
+    architecture: str  # "llava_llada"
+    hidden_size: int  # D
+    intermediate_size: int  # SwiGLU width: the units the sparsity statistic averages over
+    num_layers: int  # decoder layers
+    num_heads: int
+    vocab_size: int  # V
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionInfo:
+    """How the runtime turns an image into ``vision`` graph inputs and splices its features into the prompt."""
+
+    image_size: int  # S: tiles are S x S px
+    patch_size: int  # px per patch side
+    tokens_per_tile: int  # T = (S / patch)^2 features per tile
+    image_aspect_ratio: str  # "pad": one tile per image; "anyres" / "anyres_max_N": LLaVA-OneVision tiling
+    patch_merge_type: str  # "spatial_unpad" (LLaDA-V) or "flat"
+    grid_pinpoints: tuple[tuple[int, int], ...]  # anyres candidate (width, height) px resolutions
+    anyres_max_tiles: int | None  # N of anyres_max_N, None otherwise
+    newline: str  # "unpad": image_newline after a single tile's features and after each anyres map row; "none"
+    pixel_mean: float = 0.5  # pixels: (x / 255 - mean) / std per channel
+    pixel_std: float = 0.5
+    max_image_pixels: int = 50_000_000  # an image with more (width x height, from its header) is refused undecoded
+    max_image_bytes: int = 50 * 2**20  # an encoded image file larger than this is refused unread
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "grid_pinpoints", tuple(tuple(int(v) for v in p) for p in self.grid_pinpoints))
+        if self.newline not in ("none", "unpad"):
+            raise ManifestError(f"vision.newline {self.newline!r} is not one of 'none', 'unpad'")
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphEntry:
+    """One exported graph: its ONNX file and its contract (``seer_trt.contracts.graphs``) in concrete form."""
+
+    spec: GraphSpec  # name, inputs and outputs with concrete dtypes and the dynamic axes by name
+    file: str  # ONNX file, relative to the manifest
+    precision: str  # "float32" | "float16": the dtype of weights and activations (statistics stay float32)
+    opset: int  # ONNX default-domain opset
+    external_data: str | None  # weights file next to ``file`` when the graph was saved with external data
+    size_bytes: int  # weights, as stored
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "precision": self.precision,
+            "opset": self.opset,
+            "external_data": self.external_data,
+            "size_bytes": self.size_bytes,
+            "summary": self.spec.summary,
+            "inputs": [t.to_dict() for t in self.spec.inputs],
+            "outputs": [t.to_dict() for t in self.spec.outputs],
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, data: Any, lenient: bool) -> GraphEntry:
+        where = f"manifest graphs.{name}"
+        if not isinstance(data, dict):
+            raise ManifestError(f"{where} is a {type(data).__name__}, expected a JSON object")
+        keys = ("file", "precision", "opset", "external_data", "size_bytes", "inputs", "outputs")
+        missing = [k for k in keys if k not in data]
+        if missing:
+            raise ManifestError(f"{where} lacks {missing}; the manifest is incomplete, re-export it with seer-export")
+        try:
+            spec = GraphSpec(
+                name=name,
+                inputs=tuple(TensorSpec.from_dict(t) for t in data["inputs"]),
+                outputs=tuple(TensorSpec.from_dict(t) for t in data["outputs"]),
+                summary=data.get("summary", ""),
+            )
+        except (KeyError, TypeError) as err:
+            raise ManifestError(f"{where}: malformed inputs/outputs ({err!r}); re-export it with seer-export") from None
+        return cls(spec, data["file"], data["precision"], int(data["opset"]), data["external_data"], data["size_bytes"])
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredTensor:
+    """Where one tensor lies in the shared weights file."""
+
+    offset: int  # bytes from the file's start
+    length: int  # bytes
+    dtype: str  # numpy dtype name
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsInfo:
+    """The one external-data file every graph of the export reads its tensors from, each tensor stored once."""
+
+    file: str  # relative to the manifest (seer_trt.contracts.graphs.WEIGHTS_FILE)
+    index: str  # JSON index beside it: tensor name -> StoredTensor (WEIGHTS_INDEX)
+    size_bytes: int  # of the file, alignment padding included
+    tensors: int  # tensors in it
+
+
+def write_weights_index(path: Path, index: dict[str, StoredTensor]) -> None:
+    """The index as JSON, one tensor per line: ``{"NAME": [offset, length, "dtype", [shape]], ...}``."""
+    rows = [f"  {json.dumps(name)}: {json.dumps([t.offset, t.length, t.dtype, list(t.shape)])}"
+            for name, t in index.items()]  # fmt: skip
+    path.write_text("{\n" + ",\n".join(rows) + "\n}\n")
+
+
+def read_weights_index(folder: str | Path, info: WeightsInfo) -> dict[str, StoredTensor]:
+    """The shared weights file's index.
+
+    Raises:
+        ManifestError: the index is missing or malformed.
+    """
+    path = Path(folder) / info.index
+    try:
+        data = json.loads(path.read_text())
+        return {n: StoredTensor(int(o), int(k), str(d), tuple(int(v) for v in s)) for n, (o, k, d, s) in data.items()}
+    except FileNotFoundError:
+        raise ManifestError(f"{path} (the shared weights' index) is missing; re-export with seer-export") from None
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise ManifestError(f"{path} is not a weights index ({err}); re-export with seer-export") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Versions:
+    seer_trt: str
+    torch: str
+    onnx: str
+    onnxscript: str
+    onnxruntime: str
+    opset: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityRow:
+    """One output of one graph on one input case, exported graph vs PyTorch."""
+
+    graph: str
+    output: str
+    case: str  # which inputs, e.g. "b3 p12 g9 left-padded", "packed 2 rows"
+    kind: str  # "value" | "fraction" | "index" (seer_trt.contracts.graphs.TensorSpec.kind)
+    max_abs: float  # max |onnx - torch|; "index": the largest reference-probability gap of a differing choice
+    max_rel: float  # max |onnx - torch| / |torch| over elements with |torch| > atol (0 when none)
+    agreement: float  # share of elements within tolerance ("index": equal or a near-tie, seer_trt.contracts.graphs)
+    atol: float
+    rtol: float
+    required: float  # agreement required: 1.0 except for "index" outputs
+    passed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class EndToEnd:
+    """A full Seer generation through the exported graphs vs the PyTorch reference ``seer_generate``."""
+
+    samples: int  # held-out prompts of the fixture task
+    seed: int  # their seed (seer_trt.eval.tasks.make_samples)
+    gen_length: int
+    steps: int
+    detector: str  # the Seer setting used (its label and signal)
+    token_agreement: float  # share of equal answer tokens: the reference's positions through its first <|eot_id|>
+    window_agreement: float  # share of equal tokens over the whole window, after the answer included
+    answer_match: float  # share of rows whose answer (through the first <|eot_id|>) is identical
+    kept_agreement: float  # share of rows with the same L*
+    required: float  # token agreement required for this precision (seer_trt.contracts.graphs.TOKEN_AGREEMENT)
+    passed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityReport:
+    status: Literal["passed", "failed", "skipped"]
+    reference: str  # what the graphs were compared with, e.g. "PyTorch float32, ONNX Runtime CPUExecutionProvider"
+    rows: tuple[ParityRow, ...] = ()
+    end_to_end: EndToEnd | None = None
+    note: str = ""  # why it was skipped, or what failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reference": self.reference,
+            "rows": [dataclasses.asdict(r) for r in self.rows],
+            "end_to_end": None if self.end_to_end is None else dataclasses.asdict(self.end_to_end),
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, lenient: bool) -> ParityReport:
+        kw = _take(data, cls, "manifest parity", lenient)
+        kw["rows"] = tuple(ParityRow(**_take(r, ParityRow, "manifest parity row", lenient)) for r in kw.get("rows", ()))
+        e2e = kw.get("end_to_end")
+        kw["end_to_end"] = None if e2e is None else EndToEnd(**_take(e2e, EndToEnd, "manifest end_to_end", lenient))
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineFile:
+    """One TensorRT plan: one graph's engine holding all its optimization profiles (weights once)."""
+
+    file: str  # the plan, relative to the manifest
+    onnx_sha256: str  # of the graph's .onnx file followed by its external data: the ONNX it was built from
+    profiles: tuple[Profile, ...]  # in the engine's profile-index order (seer_trt.contracts.profiles)
+    size_bytes: int  # of the plan
+    seconds: float  # build time
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "profiles": [p.to_dict() for p in self.profiles]}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str, lenient: bool) -> EngineFile:
+        kw = _take(data, cls, where, lenient)
+        kw["profiles"] = tuple(Profile.from_dict(p) for p in kw["profiles"])
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineBuild:
+    """What ``seer-build`` built with one TensorRT flavour. Plans run only under the same TensorRT version on the
+    same kind of GPU, so the runtime compares these with its own before loading any plan."""
+
+    builder: str  # "tensorrt" (data-centre and any CUDA GPU) | "tensorrt-rtx" (RTX GPUs; builds without one)
+    version: str  # the builder library's version
+    device: str  # the GPU built on, e.g. "NVIDIA H200"; "" when built without one (TensorRT-RTX ahead of time)
+    compute_capability: str  # e.g. "9.0"; "" when built without a GPU
+    timing_cache: str | None  # the timing cache used and updated (absolute, or relative to the manifest)
+    built_at: str  # UTC, ISO 8601
+    engines: dict[str, EngineFile]  # graph -> its plan
+    buckets: LengthBuckets | None = None  # the sizes the profiles were planned from (None: built before 1.2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "engines": {g: e.to_dict() for g, e in self.engines.items()},
+                "buckets": None if self.buckets is None else self.buckets.to_dict()}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, name: str, data: Any, lenient: bool) -> EngineBuild:
+        where = f"manifest builds.{name}"
+        kw = _take(data, cls, where, lenient)
+        if not isinstance(kw["engines"], dict):
+            raise ManifestError(f"{where}.engines is a {type(kw['engines']).__name__}, expected a JSON object")
+        kw["engines"] = {g: EngineFile.from_dict(e, f"{where}.engines.{g}", lenient) for g, e in kw["engines"].items()}
+        if kw.get("buckets") is not None:
+            kw["buckets"] = LengthBuckets.from_dict(_take(kw["buckets"], LengthBuckets, f"{where}.buckets", lenient))
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    schema_version: str  # "MAJOR.MINOR"; SCHEMA_VERSION when written by this version
+    model: ModelInfo
+    vision: VisionInfo
+    special_tokens: SpecialTokens  # ids of the model's tokenizer; the graphs bake mask / suppressed ids from these
+    tokenizer: str  # folder relative to the manifest: tokenizer.json + tokenizer_config.json (chat template)
+    system_prompt: str | None  # default system message of the chat format, None for none
+    seer: SeerConfig  # the calibration the step-zero graphs were exported for (statistic, probe layer)
+    generation: GenerationConfig  # defaults: gen_length, steps, block_length, temperature, remasking
+    precision: str  # "float32" | "float16"
+    graphs: dict[str, GraphEntry]  # graph name -> entry, in export order
+    buckets: LengthBuckets
+    versions: Versions
+    parity: ParityReport
+    weights: WeightsInfo | None = None  # the shared weights file (None: every graph holds its weights inline)
+    engines: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # backend -> graph -> file
+    builds: dict[str, EngineBuild] = dataclasses.field(default_factory=dict)  # builder -> what seer-build built
+    checksums: dict[str, str] = dataclasses.field(default_factory=dict)  # file the graphs read -> its sha256
+
+    def graph(self, name: str) -> GraphEntry:
+        """The entry of graph ``name``.
+
+        Raises:
+            ManifestError: the export does not hold that graph.
+        """
+        if name not in self.graphs:
+            how = "seer-export --sampling" if name == "denoise_logits" else f"seer-export --graphs ... {name}"
+            raise ManifestError(
+                f"this export has no {name!r} graph (it has {sorted(self.graphs)}); re-export with {how}"
+            )
+        return self.graphs[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "model": dataclasses.asdict(self.model),
+            "vision": {
+                **dataclasses.asdict(self.vision),
+                "grid_pinpoints": [list(p) for p in self.vision.grid_pinpoints],
+            },
+            "special_tokens": self.special_tokens.to_dict(),
+            "tokenizer": self.tokenizer,
+            "system_prompt": self.system_prompt,
+            "seer": self.seer.to_dict(),
+            "generation": self.generation.to_dict(),
+            "precision": self.precision,
+            "graphs": {name: g.to_dict() for name, g in self.graphs.items()},
+            "buckets": self.buckets.to_dict(),
+            "versions": dataclasses.asdict(self.versions),
+            "parity": self.parity.to_dict(),
+            "weights": None if self.weights is None else dataclasses.asdict(self.weights),
+            "engines": {k: dict(v) for k, v in self.engines.items()},
+            "builds": {k: b.to_dict() for k, b in self.builds.items()},
+            "checksums": dict(self.checksums),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = MANIFEST_FILE) -> Manifest:
+        """Parse a manifest, refusing a schema major version other than this reader's.
+
+        Raises:
+            ManifestError: another major version, a missing key or a malformed value; the message names it.
+        """
+        if not isinstance(data, dict):
+            raise ManifestError(f"{where} holds a {type(data).__name__}, expected a JSON object")
+        lenient = _check_version(data.get("schema_version"), where)
+        kw = _take(data, cls, where, lenient)
+        try:
+            kw["model"] = ModelInfo(**_take(kw["model"], ModelInfo, "manifest model", lenient))
+            kw["vision"] = VisionInfo(**_take(kw["vision"], VisionInfo, "manifest vision", lenient))
+            kw["special_tokens"] = SpecialTokens(
+                **_take(kw["special_tokens"], SpecialTokens, "manifest special_tokens", lenient)
+            )
+            kw["seer"] = SeerConfig.from_dict(_take(kw["seer"], SeerConfig, "manifest seer", lenient))
+            kw["generation"] = GenerationConfig.from_dict(
+                _take(kw["generation"], GenerationConfig, "manifest generation", lenient)
+            )
+            if not isinstance(kw["graphs"], dict):
+                raise ManifestError(f"{where}: graphs is a {type(kw['graphs']).__name__}, expected a JSON object")
+            kw["graphs"] = {n: GraphEntry.from_dict(n, g, lenient) for n, g in kw["graphs"].items()}
+            kw["buckets"] = LengthBuckets.from_dict(_take(kw["buckets"], LengthBuckets, "manifest buckets", lenient))
+            kw["versions"] = Versions(**_take(kw["versions"], Versions, "manifest versions", lenient))
+            kw["parity"] = ParityReport.from_dict(kw["parity"], lenient)
+            if kw.get("weights") is not None:
+                kw["weights"] = WeightsInfo(**_take(kw["weights"], WeightsInfo, "manifest weights", lenient))
+            kw["engines"] = {str(k): dict(v) for k, v in kw.get("engines", {}).items()}
+            kw["builds"] = {str(k): EngineBuild.from_dict(k, v, lenient) for k, v in kw.get("builds", {}).items()}
+            sums = kw.get("checksums", {})
+            if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
+                raise ManifestError(
+                    f"{where}: checksums is not an object of file -> sha256; re-export with seer-export"
+                )
+            kw["checksums"] = {str(k): v for k, v in sums.items()}
+        except ManifestError:
+            raise
+        except SeerError as err:  # a config value out of range: name the file
+            raise ManifestError(f"{where}: {err}") from None
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ManifestError(f"{where}: malformed value ({err}); re-export it with seer-export") from None
+        return cls(**kw)
+
+    @classmethod
+    def read(cls, folder: str | Path) -> Manifest:
+        """Read ``folder/manifest.json``.
+
+        Raises:
+            ManifestError: no manifest, unreadable JSON, an unsupported schema version, or malformed content.
+        """
+        path = Path(folder) / MANIFEST_FILE
+        if not path.is_file():
+            found = "it does not exist" if not Path(folder).is_dir() else f"it holds no {MANIFEST_FILE}"
+            raise ManifestError(
+                f"{folder} is not an export folder ({found}); create one with `seer-export --out {folder}`"
+            )
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ManifestError(f"{path} is not readable JSON ({err}); re-export with seer-export") from None
+        return cls.from_dict(data, str(path))
+
+    def write(self, folder: str | Path) -> Path:
+        """Write ``folder/manifest.json``; returns its path."""
+        path = Path(folder) / MANIFEST_FILE
+        text = json.dumps(self.to_dict(), indent=2)
+        text = _FLAT_LIST.sub(lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",\n")) + "]", text)
+        path.write_text(text + "\n")
+        return path
+
+
+# An innermost JSON list (shapes, pinpoint pairs) on one line, so the manifest stays readable.
+_FLAT_LIST = re.compile(r"\[\n\s+([^\[\]{}]+?)\n\s+\]")
+
+
+def _check_version(found: Any, where: str) -> bool:
+    """Accept our major version; returns True for a newer minor (whose extra keys are then ignored)."""
+    major, minor = (int(v) for v in SCHEMA_VERSION.split("."))
+    try:
+        f_major, f_minor = (int(v) for v in str(found).split("."))
+    except ValueError:
+        raise ManifestError(
+            f"{where}: schema_version {found!r} is not 'MAJOR.MINOR' (expected {SCHEMA_VERSION}); re-export with "
+            f"seer-export"
+        ) from None
+    if f_major != major:
+        fix = "upgrade seer-trt, or re-export" if f_major > major else "re-export it"
+        raise ManifestError(
+            f"{where}: schema_version {found} is not supported (this seer-trt reads {major}.x, "
+            f"expected {SCHEMA_VERSION}); {fix} with this version's seer-export"
+        )
+    return f_minor > minor

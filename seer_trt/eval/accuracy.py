@@ -1,0 +1,235 @@
+"""What ``seer-eval`` measures: accuracy of the padded loop, LLaDA-V's early-stopping loop, Seer and the oracle on held-out
+fixture prompts (docs/DESIGN.md "Measuring").
+
+In:  an export of the fixture model (``seer-export --model tiny-llada-v``), a sample count, a seed, a window N.
+Out: per mode exact match against the ground truth (overall and per task) and against the padded loop's own
+     answers, and the mean steps; for Seer the premature-cut rate (L* shorter than the true answer plus its
+     ``<|eot_id|>``), the mean kept window over the true length and the distribution of L* minus the true
+     length; markdown tables, JSON and a PNG; a progress line per chunk of prompts on stderr.
+
+Modes: ``padded`` denoises all N positions every step; ``early_stop`` is the official setting of LLaDA-V's demo
+and evaluation (``stopping_criteria=['<|eot_id|>']``: stop once the answer before the first ``<|eot_id|>`` is
+complete); ``seer`` cuts at the step-zero boundary; ``oracle`` cuts at the true length (answer +
+``<|eot_id|>``), the physical limit of truncation. All run through the same pipeline, with the exact loop
+(cache "none").
+
+``--cache POLICIES`` measures prompt K/V cache policies instead (docs/DESIGN.md "Prompt K/V cache"): Seer with the exact loop, then
+Seer under each policy at each refresh interval: exact match, answers identical to the exact loop's, token
+agreement with it (the exact loop's answer positions, through its first ``<|eot_id|>``) and refreshes (steps that
+computed the prompt) per request. Reuse and forecast at one interval refresh at the same steps unless a drift gate
+moves them, so their rows compare the two at equal refresh counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seer_trt.contracts.errors import ConfigError, SeerError
+from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_POLICY, CacheConfig
+from seer_trt.eval import cache_fidelity
+from seer_trt.eval.report import git_sha, save_figure
+from seer_trt.eval.tasks import HELD_OUT_SEED, Sample, make_samples, vocabulary
+from seer_trt.runtime.pipeline import SeerPipeline
+from seer_trt.runtime.request import Request, Result
+
+MODES = ("padded", "early_stop", "seer", "oracle")
+
+
+CHUNK = 50  # prompts per batch, and per progress line
+
+
+def fixture_samples(pipe: SeerPipeline, n: int, seed: int) -> list[Sample]:
+    """Held-out fixture samples drawn for the export's image geometry.
+
+    Raises:
+        ConfigError: the export's tokenizer does not know the fixture task's words (not a fixture model).
+    """
+    vocab = pipe.prompts.tokenizer.get_vocab()
+    unknown = [w for w in vocabulary() if w not in vocab]
+    if unknown:
+        raise ConfigError(
+            f"this export ({pipe.manifest.model.name}) does not speak the fixture task (its tokenizer lacks "
+            f"{unknown[:5]}); seer-eval measures exports of tiny-llada-v"
+        )
+    v = pipe.manifest.vision
+    return make_samples(seed, n, v.image_size // v.patch_size, v.patch_size)
+
+
+def truth_ids(pipe: SeerPipeline, sample: Sample) -> list[int]:
+    """The true answer ids, without ``<|eot_id|>``."""
+    return pipe.prompts.tokenizer.encode(" ".join(sample.answer), add_special_tokens=False).ids
+
+
+def oracle_window(pipe: SeerPipeline, sample: Sample, gen_length: int) -> int:
+    """The oracle's cut: the true answer and its ``<|eot_id|>``, within the window."""
+    return min(len(truth_ids(pipe, sample)) + 1, gen_length)
+
+
+def mode_request(pipe: SeerPipeline, sample: Sample, mode: str, gen_length: int | None) -> Request:
+    """The request of ``sample`` in one of MODES, on the exact loop."""
+    n = gen_length or pipe.manifest.generation.gen_length
+    window = oracle_window(pipe, sample, n) if mode == "oracle" else None
+    return Request(sample.question, sample.image, gen_length=gen_length, seer=mode in ("seer", "oracle"),
+                   window=window, early_stop=mode == "early_stop", cache="none")  # fmt: skip
+
+
+def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, modes=MODES,
+              policy: str | None = None, progress: Callable[[str], None] | None = None) -> dict[str, list[Result]]:  # fmt: skip
+    """Each mode's results over ``samples``, in batches of CHUNK prompts."""
+    out: dict[str, list[Result]] = {}
+    for mode in modes:
+        results: list[Result] = []
+        for start in range(0, len(samples), CHUNK):
+            chunk = samples[start : start + CHUNK]
+            results += pipe.generate([mode_request(pipe, s, mode, gen_length) for s in chunk], policy=policy)
+            if progress:
+                progress(f"{mode}: {len(results)}/{len(samples)} prompts")
+        failed = [r.error for r in results if not r.ok]
+        if failed:
+            raise SeerError(f"{mode}: {len(failed)} request(s) failed, first: {failed[0]}")
+        out[mode] = results
+    return out
+
+
+def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[Result]]) -> dict[str, Any]:
+    """Per mode: exact match vs truth and vs the padded loop; Seer's cut statistics."""
+    truth = [truth_ids(pipe, s) for s in samples]
+    true_len = np.array([len(t) + 1 for t in truth])  # answer + <|eot_id|>
+    base = [list(r.token_ids) for r in results["padded"]] if "padded" in results else None
+    out: dict[str, Any] = {}
+    for mode, rs in results.items():
+        answers = [list(r.token_ids) for r in rs]
+        kept = np.array([r.kept for r in rs])
+        hits = [a == t for a, t in zip(answers, truth, strict=True)]
+        row: dict[str, Any] = {
+            "exact_match": float(np.mean(hits)),
+            "mean_steps": float(np.mean([r.steps for r in rs])),
+            "mean_kept": float(kept.mean()),
+            "exact_by_task": by_task(samples, hits),
+        }
+        if base is not None:
+            row["match_padded"] = float(np.mean([a == b for a, b in zip(answers, base, strict=True)]))
+        if mode == "seer":
+            diff = kept - true_len
+            row["premature_cut_rate"] = float(np.mean(diff < 0))
+            row["mean_kept_over_true"] = float(np.mean(kept / true_len))
+            values, counts = np.unique(diff, return_counts=True)
+            row["kept_minus_true"] = {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+        out[mode] = row
+    return out
+
+
+def by_task(samples: list[Sample], hits: list[bool]) -> dict[str, dict[str, int]]:
+    """Exact answers and prompts per task, so a shortfall names the task that causes it."""
+    out: dict[str, dict[str, int]] = {}
+    for s, hit in zip(samples, hits, strict=True):
+        row = out.setdefault(s.task, {"exact": 0, "n": 0})
+        row["exact"] += int(hit)
+        row["n"] += 1
+    return dict(sorted(out.items()))
+
+
+def table(m: dict[str, Any], n: int, gen_length: int, detector: str = "") -> str:
+    """``detector``: what "seer" cut with (``SeerConfig.describe``), printed under the title."""
+    lines = [
+        f"{n} held-out fixture prompts, gen_length {gen_length}" + (f"; seer = {detector}" if detector else ""),
+        "| mode | exact match | = padded | premature cuts | kept / true | mean kept | mean steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, row in m.items():
+        pre = f"{100 * row['premature_cut_rate']:.1f} %" if "premature_cut_rate" in row else "-"
+        ratio = f"{row['mean_kept_over_true']:.2f}x" if "mean_kept_over_true" in row else "-"
+        same = f"{100 * row['match_padded']:.1f} %" if "match_padded" in row else "-"
+        lines.append(f"| {mode} | {100 * row['exact_match']:.1f} % | {same} | {pre} | {ratio} | "
+                     f"{row['mean_kept']:.1f} | {row['mean_steps']:.1f} |")  # fmt: skip
+    modes = list(m)
+    lines += ["", "exact answers per task", "| task | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
+    for task in m[modes[0]]["exact_by_task"]:
+        cells = [f"{m[k]['exact_by_task'][task]['exact']}/{m[k]['exact_by_task'][task]['n']}" for k in modes]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> None:
+    """Histogram of L* minus the true length, and exact match per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    dist = m["seer"]["kept_minus_true"]
+    ax1.bar(list(dist), list(dist.values()), color="tab:blue")
+    ax1.axvline(-0.5, color="tab:red", linestyle="--", label="premature (< 0)")
+    ax1.set_xlabel("L* - true length (answer + <|eot_id|>)")
+    ax1.set_ylabel("prompts")
+    ax1.legend()
+    ax1.set_title(
+        f"Seer cut ({detector}), gen_length {gen_length}" if detector else f"Seer cut, gen_length {gen_length}",
+        fontsize=8,
+    )
+    modes = list(m)
+    colours = {"padded": "0.5", "early_stop": "tab:orange", "seer": "tab:blue", "oracle": "tab:green"}
+    ax2.bar(modes, [100 * m[k]["exact_match"] for k in modes], color=[colours.get(k, "0.3") for k in modes])
+    ax2.set_ylabel("exact match (%)")
+    ax2.set_ylim(0, 100)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
+             policy: str = DEFAULT_POLICY, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run every mode on ``n`` held-out prompts and return the figures (what ``--json`` writes)."""
+    pipe = SeerPipeline.from_manifest(engines, policy=policy)
+    samples = fixture_samples(pipe, n, seed)
+    gen = gen_length or pipe.manifest.generation.gen_length
+    results = run_modes(pipe, samples, gen_length, progress=progress)
+    m = metrics(pipe, samples, results)
+    return {
+        "engines": str(engines),
+        "model": pipe.manifest.model.name,
+        "n": n,
+        "seed": seed,
+        "gen_length": gen,
+        "seer": dataclasses.asdict(pipe.seer),
+        "detector": pipe.seer.describe(),
+        "git": git_sha(),
+        "modes": m,
+    }
+
+
+def cache_policies(modes: str, intervals: str, order: int, drift: float | None) -> list[CacheConfig]:
+    """The policies of ``--cache`` / ``--refresh-interval`` / ``--forecast-order`` / ``--drift-gate``.
+
+    Raises:
+        ConfigError: an unknown mode, an interval that is not a whole number >= 1, a bad order or gate.
+    """
+    names = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = [m for m in names if m not in CACHE_MODES]
+    if unknown or not names:
+        raise ConfigError(f"--cache {modes!r}: expected a comma-separated subset of {list(CACHE_MODES)}")
+    try:
+        values = [int(v) for v in intervals.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--refresh-interval {intervals!r}: expected whole numbers, e.g. 2,4,8") from None
+    configs = cache_fidelity.policies(names, values, order)
+    if drift is not None:
+        configs += cache_fidelity.policies(names, values, order, drift)
+    return configs
+
+
+def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int = 200, seed: int = HELD_OUT_SEED,
+                   gen_length: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (``cache_fidelity``)."""
+    pipe = SeerPipeline.from_manifest(engines)
+    samples = fixture_samples(pipe, n, seed)
+    truth = [truth_ids(pipe, s) for s in samples]
+    report = cache_fidelity.fidelity(pipe, samples, truth, gen_length, configs, progress)
+    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": n, "seed": seed,
+            "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
+            "git": git_sha(), **report}  # fmt: skip

@@ -1,0 +1,106 @@
+"""How rows of different prompt and answer lengths sit in one graph call (docs/DESIGN.md "Seer, exactly" hybrid execution, DESIGN "Graphs and their contract").
+
+In:  per row a prompt [P_i, D] and a kept answer window L_i; a target shape (static bucket, exact, or packed).
+Out: ``Layout``: the graph inputs that stay fixed during denoising (``prefix_embeds``, ``segment_ids``,
+     ``position_ids``) and the index that maps the loop's state [n, L_max] to ``gen_ids`` [b, g] and back.
+
+    static / eager (b = n rows)        packed (b = 1)
+    row 0: pad.. prompt0 | ans0 pad    prompt0 prompt1 prompt2 | ans0 ans1 ans2
+    row 1: pad..  prompt1 | ans1       segment ids 1 1 2 2 2 3 | 1 1 2 2 3 3 3 ; positions restart per row
+
+Segment 0 is padding; attention stays within equal non-zero segment ids, so a row computes the same values
+whatever else shares the call. Positions count each row's own tokens from 0 (prompt, then answer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+def window_layout(prefix_valid: np.ndarray, kept: np.ndarray, gen_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """``segment_ids`` [B, P + G] int32 and ``position_ids`` [B, P + G] int64 for left-padded rows.
+
+    Row b's segment (id 1) covers its valid prompt tokens and its first ``kept[b]`` answer positions.
+    """
+    gen_valid = np.arange(gen_length)[None] < np.asarray(kept)[:, None]  # [B, G]
+    valid = np.concatenate([prefix_valid, gen_valid], axis=1)
+    return valid.astype(np.int32), np.maximum(np.cumsum(valid, axis=1) - 1, 0).astype(np.int64)
+
+
+def left_pad(prompts: list[np.ndarray], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """[P_i, D] prompts -> zero left-padded embeds [B, P, D] and validity [B, P]; P = ``length`` or the longest."""
+    longest = max(p.shape[0] for p in prompts) if length is None else length
+    embeds = np.zeros((len(prompts), longest, prompts[0].shape[1]), dtype=prompts[0].dtype)
+    valid = np.zeros((len(prompts), longest), dtype=bool)
+    for b, p in enumerate(prompts):  # once per group, not per step
+        embeds[b, longest - p.shape[0] :] = p
+        valid[b, longest - p.shape[0] :] = True
+    return embeds, valid
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One group's rows in one graph call; fixed (and read-only) for the whole denoising loop."""
+
+    prefix_embeds: np.ndarray  # [b, p, D]
+    segment_ids: np.ndarray  # [b, p + g] int32
+    position_ids: np.ndarray  # [b, p + g] int64
+    gen_shape: tuple[int, int]  # (b, g): the gen_ids the graph takes
+    state: tuple[np.ndarray, np.ndarray]  # (row, position) of each live cell of the state [n, L_max]
+    slot: tuple[np.ndarray, np.ndarray]  # where that cell sits in gen_ids [b, g]
+
+    def gen_ids(self, x: np.ndarray, mask_id: int) -> np.ndarray:
+        """[b, g] graph input from the loop state ``x`` [n, L_max]; unused slots hold the mask id."""
+        out = np.full(self.gen_shape, mask_id, dtype=np.int64)
+        out[self.slot] = x[self.state]
+        return out
+
+    def gather(self, values: np.ndarray, shape: tuple[int, int], fill) -> np.ndarray:
+        """A [b, g] graph output back in state shape [n, L_max]; cells past a row's window get ``fill``."""
+        out = np.full(shape, fill, dtype=values.dtype)
+        out[self.state] = values[self.slot]
+        return out
+
+
+def _frozen(layout: Layout) -> Layout:
+    """The layout with its graph inputs read-only: the same array object then means the same values, so a backend
+    may keep them on the device for the whole loop (``seer_trt.backends.tensorrt.frozen``)."""
+    for array in (layout.prefix_embeds, layout.segment_ids, layout.position_ids):
+        while isinstance(array, np.ndarray):  # a view ([None]) and the array it views, both made here
+            array.setflags(write=False)
+            array = array.base
+    return layout
+
+
+def _live(kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, position) of every kept answer cell, row-major."""
+    rows = np.repeat(np.arange(len(kept)), kept)
+    starts = np.cumsum(kept) - kept
+    return rows, np.arange(int(kept.sum())) - np.repeat(starts, kept)
+
+
+def padded_layout(prompts: list[np.ndarray], kept: np.ndarray, prompt_len: int, gen_len: int) -> Layout:
+    """Rows one per batch entry, left-padded to ``prompt_len`` and padded after each window to ``gen_len``."""
+    kept = np.asarray(kept, dtype=np.int64)
+    prefix, valid = left_pad(prompts, prompt_len)
+    segment_ids, position_ids = window_layout(valid, kept, gen_len)
+    live = _live(kept)
+    return _frozen(Layout(prefix, segment_ids, position_ids, (len(prompts), gen_len), live, live))
+
+
+def packed_layout(prompts: list[np.ndarray], kept: np.ndarray) -> Layout:
+    """Every row in one sequence: all prompts, then all answer windows; segment i + 1 is row i."""
+    kept = np.asarray(kept, dtype=np.int64)
+    lengths = np.array([p.shape[0] for p in prompts])
+    prefix = np.concatenate(prompts)[None]  # [1, sum P_i, D]
+    seg_prompt = np.repeat(np.arange(1, len(prompts) + 1), lengths)
+    seg_answer = np.repeat(np.arange(1, len(prompts) + 1), kept)
+    pos_prompt = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    rows, positions = _live(kept)
+    pos_answer = lengths[rows] + positions
+    segment_ids = np.concatenate([seg_prompt, seg_answer]).astype(np.int32)[None]
+    position_ids = np.concatenate([pos_prompt, pos_answer]).astype(np.int64)[None]
+    slot = (np.zeros(len(rows), dtype=np.int64), np.arange(len(rows)))
+    return _frozen(Layout(prefix, segment_ids, position_ids, (1, int(kept.sum())), (rows, positions), slot))

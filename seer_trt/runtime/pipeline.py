@@ -1,0 +1,394 @@
+"""``SeerPipeline``: requests in, answers out, through an export's graphs on one backend (docs/DESIGN.md "Layout and
+dependency direction", "Seer, exactly").
+
+In:  an export folder (``seer-export``), then ``Request``s: prompt text, optional image, optional overrides.
+Out: one ``Result`` per request: text, answer ids, L*, steps, per-stage seconds (or the request's error).
+
+A call plans first, then executes the plan; each stage takes what the one before returned:
+
+    plan:    request ─► prompt (ids) ─► image (tiles + layout) ─► embed (PromptEmbeds) ─► groups by settings
+    execute: step_zero ─► boundary (L*) ─► schedule ─► dispatch (DispatchPlan) ─► layout ─► denoise (kv_cache)
+             ─► detokenize, per group of the plan
+
+Requests with the same generation settings are batched: one step-zero pass for all of them, then their
+windows, cut to each row's L*, are grouped and run as the dispatch policy decides. A request whose input is
+bad (empty prompt, unreadable image, prompt past the largest bucket) gets its error in its result and the others
+complete. The ``cost_model`` policy's step costs are measured once, as a step of their own between planning and
+execution (or at open). A pipeline may be called from several threads at once: the backend's sessions are
+shared, and each thread has its own bound buffers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seer_trt.backends import open_backend
+from seer_trt.contracts.backend import Backend
+from seer_trt.contracts.config import GenerationConfig, SeerConfig
+from seer_trt.contracts.errors import ConfigError, InputError, SeerError, describe
+from seer_trt.contracts.manifest import Manifest
+from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache, check_dispatch
+from seer_trt.runtime import costs
+from seer_trt.runtime.boundary import detect
+from seer_trt.runtime.denoise import Greedy, Sampled, denoise
+from seer_trt.runtime.detokenize import detokenize
+from seer_trt.runtime.dispatch import CostModel, DispatchPlan, plan_dispatch
+from seer_trt.runtime.embed import Embedder, PromptEmbeds
+from seer_trt.runtime.image import Image, ImageLimits, prepare_image
+from seer_trt.runtime.layout import packed_layout, padded_layout
+from seer_trt.runtime.prompt import PromptFormat
+from seer_trt.runtime.request import GENERATION_FIELDS, Request, Result, check_settings
+from seer_trt.runtime.schedule import plan_schedule
+from seer_trt.runtime.step_zero import step_zero_rows
+
+STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize")
+Mode = str  # "seer": step zero and the boundary rule; "full": the padded loop; "window": cut, no step zero
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPlan:
+    """Requests that run together: one step-zero pass, one dispatch plan, one set of settings."""
+
+    gen: GenerationConfig  # the settings every row shares
+    mode: Mode  # "seer" | "full" | "window" (each row cut to its ``windows`` entry: the oracle at the true length)
+    early_stop: bool  # LLaDA-V's stopping rule: a row stops once the answer before its first <|eot_id|> is done
+    cache: CacheConfig  # the prompt K/V cache policy of the loop
+    rows: tuple[int, ...]  # [R] the requests' indices in the call, in order
+    prompts: tuple[PromptEmbeds, ...]  # [R] their prompt embeddings
+    prepare_s: tuple[float, ...]  # [R] seconds each took to prepare (prompt, image, embed)
+    seeds: np.ndarray  # [R] int64 sampling seeds
+    windows: np.ndarray  # [R] int64 kept positions of mode "window" (gen_length otherwise)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one call runs, decided before any denoising: like vLLM's scheduler output, plain data."""
+
+    groups: tuple[GroupPlan, ...]  # requests grouped by settings, in the order of each group's first request
+    failed: dict[int, str]  # request index -> why it could not be prepared (it fails alone)
+    policy: str  # dispatch policy of every group
+    needs_costs: bool  # cost_model with a group of several rows: the backend's step costs are measured first
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchOutput:
+    results: tuple[Result, ...]  # one per request, in order
+    plans: tuple[DispatchPlan, ...]  # one per group of requests sharing generation settings
+    # (reuse, forecast or None) relative K/V error a cache's drift gate measured at each refresh it checked
+    kv_errors: tuple[tuple[float, float | None], ...] = ()
+
+
+class SeerPipeline:
+    """The Seer pipeline over one export and one backend."""
+
+    def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = DEFAULT_POLICY,
+                 tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None,
+                 seer: SeerConfig | None = None, cache: CacheConfig = DEFAULT_CACHE,
+                 cost: CostModel | None = None) -> None:  # fmt: skip
+        """
+        Args:
+            image_limits: what an image may cost before it is decoded; None: the manifest's.
+            cache: the prompt K/V cache policy of requests that do not choose one (docs/DESIGN.md "Prompt K/V cache").
+            seer: a detector other than the export's calibration (``manifest.seer``): the end-token signal at full
+                depth (every export's ``denoise`` returns ``p_end``), or other detector settings of the signal the
+                ``step_zero`` graph was exported for.
+            cost: the ``cost_model`` policy's step costs, measured before (``calibrate_costs``); None: measured
+                when a call first needs them.
+
+        Raises:
+            ConfigError: ``seer`` reads a signal the export's ``step_zero`` graph does not compute; a cache policy
+                other than none on an export whose window graph takes no cache; bad dispatch settings.
+        """
+        check_dispatch(policy, tau_pad, short)
+        self.folder = Path(folder)
+        self.manifest = manifest
+        self.seer = manifest.seer if seer is None else check_seer(seer, manifest)
+        self.backend = backend
+        self.prompts = PromptFormat(folder, manifest)
+        v = manifest.vision
+        self.image_limits = image_limits or ImageLimits(v.max_image_pixels, v.max_image_bytes)
+        self.embedder = Embedder(manifest, backend)
+        self.policy = policy
+        self.cache = check_cache(cache, manifest)
+        self.tau_pad = tau_pad
+        self.short = short
+        self.cost = cost
+        self._cost_lock = threading.Lock()
+        # the shapes calls are padded to: the built profiles' buckets on TensorRT, the manifest's otherwise
+        self.buckets = backend.buckets() or manifest.buckets
+
+    @classmethod
+    def from_manifest(cls, folder: str | Path, backend: str = "onnxruntime", provider: str = "cpu",
+                      threads: int = 0, verify: bool = False, cuda_graphs: bool = False, share_weights: bool = True,
+                      calibrate: bool = False, **options: Any) -> SeerPipeline:  # fmt: skip
+        """Open an export folder.
+
+        Args:
+            backend: "onnxruntime", "tensorrt" or "tensorrt-rtx".
+            provider: ONNX Runtime's provider ("cpu", "cuda", "tensorrt").
+            threads: ONNX Runtime intra-op threads (0: its default).
+            verify: check every graph file against the sha256 the export recorded before opening it.
+            cuda_graphs: TensorRT: replay CUDA graphs for calls at a static bucket shape.
+            share_weights: ONNX Runtime CPU: every session reads one memory map of the shared weights file
+                (``seer_trt.backends.onnxruntime.OrtBackend``).
+            calibrate: measure the ``cost_model`` policy's step costs now (about 2 s on a 2-core CPU with the
+                fixture) rather than before the first call that needs them.
+            options: ``SeerPipeline`` options (policy, tau_pad, short, image_limits, seer, cache, cost).
+
+        Raises:
+            ManifestError: no manifest, a corrupt one, an unsupported schema, a graph file missing or (``verify``)
+                not the exported one.
+            ConfigError: an unknown backend or provider, or a provider ONNX Runtime does not offer.
+        """
+        manifest = Manifest.read(folder)
+        if verify:
+            from seer_trt.contracts.integrity import verify as verify_files
+
+            verify_files(folder, manifest)
+        opened = open_backend(folder, manifest, backend, provider, threads, cuda_graphs=cuda_graphs,
+                              share_weights=share_weights)  # fmt: skip
+        pipe = cls(folder, manifest, opened, **options)
+        if calibrate:
+            pipe.calibrate_costs()
+        return pipe
+
+    # --- settings -------------------------------------------------------------------------------------------
+
+    def settings(self, **overrides: Any) -> GenerationConfig:
+        """The export's generation defaults with ``overrides`` (``GENERATION_FIELDS``; None keeps a default).
+
+        Raises:
+            InputError: a bad value, steps past gen_length, or a window past the largest answer bucket.
+        """
+        base = self.manifest.generation
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        unknown = sorted(set(changes) - set(GENERATION_FIELDS))
+        if unknown:
+            raise InputError(f"unknown generation setting(s) {unknown}; expected {list(GENERATION_FIELDS)}")
+        check_settings(**changes)
+        if "gen_length" in changes:  # a new window keeps the default's shape: one block, one step per token
+            n = changes["gen_length"]
+            changes.setdefault("block_length", n if base.block_length == base.gen_length else base.block_length)
+            changes.setdefault("steps", max(1, n * base.steps // base.gen_length))
+        try:
+            gen = dataclasses.replace(base, **changes)
+        except (ValueError, TypeError) as err:
+            raise InputError(f"request settings: {err}") from None
+        if gen.steps > gen.gen_length:  # the schedule allows it (upstream does), but those steps would commit nothing
+            raise InputError(f"steps {gen.steps} exceeds gen_length {gen.gen_length}: a step commits at least one "
+                             f"token, so the steps past {gen.gen_length} would only repeat the model for nothing; pass "
+                             f"steps <= gen_length")  # fmt: skip
+        largest = self.buckets.answer[-1]
+        if gen.gen_length > largest:
+            raise InputError(f"gen_length {gen.gen_length} exceeds the largest answer bucket {largest}; ask for "
+                             f"<= {largest} or re-export with larger buckets")  # fmt: skip
+        return gen
+
+    def generation(self, request: Request) -> GenerationConfig:
+        """The request's settings: its overrides over the export's defaults."""
+        return self.settings(**{k: getattr(request, k) for k in GENERATION_FIELDS})
+
+    def cache_for(self, request: Request) -> CacheConfig:
+        """The request's cache policy: its ``cache`` (a policy, or a mode over the pipeline's policy) and
+        ``refresh_interval`` over the pipeline's.
+
+        Raises:
+            InputError: a bad interval, or a cache on an export without one.
+        """
+        base = request.cache if isinstance(request.cache, CacheConfig) else self.cache
+        mode = None if isinstance(request.cache, CacheConfig) else request.cache
+        changes = {k: v for k, v in (("mode", mode), ("refresh", request.refresh_interval)) if v is not None}
+        try:
+            return check_cache(dataclasses.replace(base, **changes), self.manifest)
+        except ConfigError as err:
+            raise InputError(str(err)) from None
+
+    # --- plan -----------------------------------------------------------------------------------------------
+
+    def encode(self, prompt: str, image: Image | None = None, system: str | None = None) -> PromptEmbeds:
+        """A request's prompt embeddings: prompt ids, then the image's tiles, then both through the graphs.
+
+        Raises:
+            InputError: an empty prompt, misplaced ``<image>`` placeholders, or an unreadable or too large image.
+        """
+        ids = self.prompts.ids(prompt, image is not None, system)
+        prepared = None if image is None else prepare_image(image, self.manifest.vision, self.image_limits)
+        return self.embedder.embed(ids, prepared)
+
+    def prepare(self, request: Request) -> tuple[GenerationConfig, PromptEmbeds]:
+        """Settings and prompt embeddings of one request.
+
+        Raises:
+            InputError: bad settings, empty prompt, unreadable image, prompt past the largest bucket.
+        """
+        if not isinstance(request, Request):
+            raise InputError(f"expected a Request or a prompt string, got {type(request).__name__}")
+        gen = self.generation(request)
+        if request.window is not None and not 1 <= request.window <= gen.gen_length:
+            raise InputError(f"window {request.window} must lie in [1, gen_length {gen.gen_length}]")
+        if gen.temperature > 0 or gen.remasking != "low_confidence":
+            self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
+        prompt = self.encode(request.prompt, request.image, request.system)
+        largest = self.buckets.prompt[-1]
+        if len(prompt.embeds) > largest:
+            raise InputError(
+                f"the prompt takes {len(prompt.embeds)} embeddings (text and image features), more than the largest "
+                f"prompt bucket {largest}; shorten it or re-export with larger buckets"
+            )
+        return gen, prompt
+
+    def plan(self, requests: Sequence[Request | str], policy: str | None = None) -> Plan:
+        """Prepare every request and group them by settings; a request that cannot be prepared fails alone."""
+        policy = policy or self.policy
+        check_dispatch(policy, self.tau_pad, self.short)
+        failed: dict[int, str] = {}
+        ready: dict[tuple, list[tuple[int, Request, PromptEmbeds, float]]] = {}
+        for i, request in enumerate(requests):
+            start = time.perf_counter()
+            try:
+                request = Request(request) if isinstance(request, str) else request
+                gen, prompt = self.prepare(request)
+                cache = self.cache_for(request)
+            except SeerError as err:
+                failed[i] = str(err)
+                continue
+            except Exception as err:  # noqa: BLE001 - whatever this one request's input set off, it fails alone
+                failed[i] = (f"this request could not be prepared ({type(err).__name__}: {describe(err)}); the others "
+                             f"are unaffected")  # fmt: skip
+                continue
+            mode = "window" if request.window is not None else "seer" if request.seer else "full"
+            key = (gen, mode, request.early_stop, cache)
+            ready.setdefault(key, []).append((i, request, prompt, time.perf_counter() - start))
+        groups = tuple(
+            GroupPlan(gen, mode, early_stop, cache, rows=tuple(i for i, *_ in members),
+                      prompts=tuple(p for _, _, p, _ in members), prepare_s=tuple(s for *_, s in members),
+                      seeds=np.array([r.seed for _, r, _, _ in members], dtype=np.int64),
+                      windows=np.array([r.window or gen.gen_length for _, r, _, _ in members], dtype=np.int64))
+            for (gen, mode, early_stop, cache), members in ready.items()
+        )  # fmt: skip
+        needs_costs = policy == "cost_model" and any(len(g.rows) > 1 for g in groups)
+        return Plan(groups, failed, policy, needs_costs)
+
+    def calibrate_costs(self, shapes: Sequence[tuple[int, int, int]] = costs.CALIBRATION_SHAPES,
+                        repeats: int = 5) -> CostModel:  # fmt: skip
+        """Measure the backend's step costs for the ``cost_model`` policy (``seer_trt.runtime.costs``)."""
+        self.cost = costs.calibrate(self.backend, self.manifest, self.buckets, shapes, repeats)
+        return self.cost
+
+    # --- execute --------------------------------------------------------------------------------------------
+
+    def generate(self, requests: Request | str | Sequence[Request | str], policy: str | None = None) -> list[Result]:
+        """Answer ``requests`` (a prompt string is a Request with defaults); one Result each, in order."""
+        return list(self.generate_batch(requests, policy).results)
+
+    def generate_batch(self, requests: Request | str | Sequence[Request | str],
+                       policy: str | None = None) -> BatchOutput:  # fmt: skip
+        """``generate``, also returning the dispatch plans (one per group of requests with equal settings)."""
+        requests = [requests] if isinstance(requests, Request | str) else list(requests)
+        plan = self.plan(requests, policy)
+        if plan.needs_costs and self.cost is None:
+            with self._cost_lock:
+                if self.cost is None:
+                    self.calibrate_costs()
+        return self.execute(plan, len(requests))
+
+    def execute(self, plan: Plan, n_requests: int) -> BatchOutput:
+        """Run every group of ``plan``; one Result per request of the call, in order."""
+        results: list[Result | None] = [None] * n_requests
+        dispatched, errors = [], []
+        for group in plan.groups:
+            out, dispatch, gated = self._run_group(group, plan.policy)
+            dispatched.append(dispatch)
+            errors += gated
+            for i, prep, result in zip(group.rows, group.prepare_s, out, strict=True):
+                results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds})
+        for i, error in plan.failed.items():
+            results[i] = Result.failed(error)
+        return BatchOutput(tuple(results), tuple(dispatched), tuple(errors))
+
+    def _run_group(self, group: GroupPlan, policy: str) -> tuple[list[Result], DispatchPlan, list]:
+        """Step zero, boundary, schedule, dispatch, denoising and detokenizing of one group; also the K/V errors
+        its cache's drift gate measured."""
+        gen, special, n = group.gen, self.manifest.special_tokens, group.gen.gen_length
+        embeds = [p.embeds for p in group.prompts]
+        rows_n = len(embeds)
+        clock = {s: 0.0 for s in STAGES[1:]}
+        greedy = gen.temperature == 0 and gen.remasking == "low_confidence"
+        kept = group.windows.copy() if group.mode == "window" else np.full(rows_n, n, dtype=np.int64)
+        step0 = None
+        if group.mode == "seer":
+            t0 = time.perf_counter()
+            zero = step_zero_rows(self.backend, embeds, n, self.seer, self.buckets.batch[-1])
+            t1 = time.perf_counter()
+            kept = detect(zero.profile, self.seer)
+            clock["step_zero"], clock["boundary"] = t1 - t0, time.perf_counter() - t1
+            if greedy and zero.x0 is not None:
+                step0 = (zero.x0, zero.confidence)
+        t0 = time.perf_counter()
+        schedule = plan_schedule(gen, kept)
+        dispatch = plan_dispatch([len(e) for e in embeds], kept, schedule.steps, self.buckets, policy,
+                                 self.tau_pad, self.short, self.cost, self.backend.max_shape("denoise"))  # fmt: skip
+        clock["dispatch"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tokens = np.full((rows_n, n), special.mask_id, dtype=np.int64)
+        used = np.zeros(rows_n, dtype=np.int64)  # steps each row took part in
+        refreshes = np.zeros(rows_n, dtype=np.int64)  # of those, the ones that computed the row's prompt
+        errors = []
+        for part in dispatch.groups:
+            rows = np.array(part.rows)
+            members = [embeds[r] for r in rows]
+            t1 = time.perf_counter()
+            layout = (packed_layout(members, kept[rows]) if part.path == "packed"
+                      else padded_layout(members, kept[rows], part.prompt_len, part.gen_len))  # fmt: skip
+            clock["packing"] += time.perf_counter() - t1
+            decoder = Greedy() if greedy else Sampled(gen.temperature, gen.remasking, group.seeds[rows])
+            part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
+            out = denoise(self.backend, layout, schedule.rows(rows), decoder, special.mask_id, part_step0,
+                          special.eot_id if group.early_stop else None, group.cache)  # fmt: skip
+            tokens[rows, : out.tokens.shape[1]] = out.tokens
+            used[rows] = out.steps
+            refreshes[rows] = out.refreshes
+            errors += out.kv_errors
+        clock["denoise"] = time.perf_counter() - t0 - clock["packing"]
+        t0 = time.perf_counter()
+        answers = detokenize(tokens, kept, self.prompts.tokenizer, special.eot_id)
+        clock["detokenize"] = time.perf_counter() - t0
+        results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock), refreshes=int(r))
+                   for (a, text), row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
+        return results, dispatch, errors
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def check_seer(seer: SeerConfig, manifest: Manifest) -> SeerConfig:
+    """``seer`` if the export can run it: the end-token signal always (``denoise`` returns ``p_end``); an MLP
+    statistic or a probe only as the export's ``step_zero`` graph computes it (the layer, statistic and probe
+    are baked into the graph; the detector's settings are not).
+
+    Raises:
+        ConfigError: the signal differs from what the export's step_zero graph computes.
+    """
+    if seer.full_depth:
+        return seer
+    baked = manifest.seer
+    fields = ["probe_layer", "statistic", "tau_abs"]
+    if seer.signal == "probe":
+        fields += ["signal", "probe_weights", "probe_bias"]
+    differ = [f for f in fields if getattr(seer, f) != getattr(baked, f)]
+    if "step_zero" not in manifest.graphs or differ:
+        computes = f"the {baked.statistic} statistic at layer {baked.probe_layer}"
+        computes += " and its probe" if baked.signal == "probe" else ""
+        raise ConfigError(
+            f"this export's step_zero graph computes {computes}; the detector {seer.name} differs in "
+            f"{differ or ['graphs: no step_zero']}: use the end-token signal (any export), or re-export with that "
+            f"calibration"
+        )
+    return seer

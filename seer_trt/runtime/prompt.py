@@ -1,0 +1,184 @@
+"""Stage 1a, prompt: a request's text -> prompt ids through the export's chat template (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch").
+
+In:  a user message (``<image>`` marks where the picture goes), an optional system message, the export's
+     ``tokenizer.json`` and chat template.
+Out: prompt ids with ``IMAGE_PLACEHOLDER`` where image features are spliced (``ChatTokenizer.encode``).
+
+Uses the light ``tokenizers`` package and jinja2 (the tokenizer's own chat template), never transformers. User
+text is text: only the chat template's own text may hold control tokens; a message's content is tokenized with
+special-token matching off, so typing ``<|eot_id|>`` cannot end a turn or forge one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+from seer_trt.contracts.errors import ConfigError, InputError
+from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, IMAGE_TOKEN
+from seer_trt.contracts.manifest import Manifest
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatFormat:
+    """The tokenizer's chat template and what it needs, from ``tokenizer_config.json``."""
+
+    template: str  # jinja2 source, as HF tokenizers store it
+    bos_token: str  # <|startoftext|> for LLaDA-V
+    system: str | None = None  # default system message, None for none
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, system: str | None = None) -> ChatFormat:
+        path = Path(folder) / "tokenizer_config.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ConfigError(f"cannot read the chat template from {path} ({err})") from None
+        if "chat_template" not in data:
+            raise ConfigError(f"{path} has no 'chat_template'; LLaDA-V tokenizers ship one")
+        bos = data.get("bos_token")
+        bos = bos["content"] if isinstance(bos, dict) else bos
+        return cls(template=data["chat_template"], bos_token=bos or "", system=system)
+
+    @functools.cached_property
+    def _compiled(self):
+        import jinja2
+
+        return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(self.template)
+
+    def _render(self, contents: Sequence[str]) -> str:
+        """The template over ``contents``: (system, user) when there are two, (user,) otherwise."""
+        roles = ("system", "user")[-len(contents) :]
+        messages = [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
+        return self._compiled.render(messages=messages, bos_token=self.bos_token, add_generation_prompt=True)
+
+    def render(self, user: str, system: str | None = None) -> str:
+        """The full prompt text for one user turn, ending with the assistant header (``system``: None for the
+        default system message, "" for none)."""
+        return "".join(text for text, _ in self.segments(user, system))
+
+    def segments(self, user: str, system: str | None = None) -> list[tuple[str, str | None]]:
+        """The prompt as (text, role) pieces, in order: role None for the template's own text, "system" or "user"
+        for message content.
+
+        The template's own text (role headers, ``<|eot_id|>``, BOS) is what may hold control tokens; message
+        content is the user's and is tokenized as plain text (``ChatTokenizer``). Each content goes through the
+        template as it would whole (its ``trim`` and the like applied): the template is rendered with an
+        unguessable slot per content, then once per content with only that slot filled, and the text between
+        the slot's neighbours is the content as placed.
+
+        Raises:
+            ConfigError: the template does not place each message's content exactly once, as one piece.
+        """
+        system = self.system if system is None else system
+        roles, contents = (["system", "user"], [system, user]) if system else (["user"], [user])
+        nonce = secrets.token_hex(8)
+        slots = [f"\x00seer-content-{i}-{nonce}\x00" for i in range(len(contents))]
+        base = self._render(slots)
+        placed = []
+        for i, content in enumerate(contents):
+            if base.count(slots[i]) != 1:
+                raise ConfigError(f"the chat template places message content {base.count(slots[i])} times, expected "
+                                  f"once; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
+            start = base.index(slots[i])
+            prefix, suffix = base[:start], base[start + len(slots[i]) :]
+            filled = self._render([content if j == i else s for j, s in enumerate(slots)])
+            if not (filled.startswith(prefix) and filled.endswith(suffix) and len(filled) >= len(prefix) + len(suffix)):
+                raise ConfigError("the chat template renders around message content differently depending on the "
+                                  "content; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
+            placed.append(filled[len(prefix) : len(filled) - len(suffix)])
+        pieces: list[tuple[str, str | None]] = []
+        rest = base
+        for slot, text, role in sorted(zip(slots, placed, roles, strict=True), key=lambda p: base.index(p[0])):
+            head, _, rest = rest.partition(slot)
+            pieces += [(head, None), (text, role)]
+        pieces.append((rest, None))
+        return [(text, role) for text, role in pieces if text]
+
+
+class ChatTokenizer:
+    """Prompt ids of one turn: the template's text with its control tokens, message content as plain text.
+
+    Two ``tokenizers.Tokenizer``s over one ``tokenizer.json``: one matches the added tokens (``<|eot_id|>``,
+    headers, BOS) in the template's own text; the other has ``encode_special_tokens`` set, so a special-token
+    string typed by a user is split like any other text and never becomes a control id. (Two instances, since
+    that flag is state of the tokenizer and a pipeline may encode from several threads at once.)
+    """
+
+    def __init__(self, tokenizer_json: str | Path, chat: ChatFormat) -> None:
+        """
+        Raises:
+            InputError: the tokenizer file is missing or corrupt.
+        """
+        from tokenizers import Tokenizer
+
+        try:
+            self.control = Tokenizer.from_file(str(tokenizer_json))
+            self.text = Tokenizer.from_file(str(tokenizer_json))
+        except Exception as err:  # tokenizers raises its own Exception type for a corrupt file
+            raise InputError(f"cannot read the tokenizer {tokenizer_json} ({err}); re-export") from None
+        self.text.encode_special_tokens = True
+        self.chat = chat
+        self.special_ids = frozenset(i for i, t in self.control.get_added_tokens_decoder().items() if t.special)
+
+    def user_ids(self, text: str, images: bool) -> list[int]:
+        """Ids of message content; with ``images``, ``IMAGE_PLACEHOLDER`` for every ``<image>``.
+
+        Raises:
+            InputError: the tokenizer maps the text to a control token anyway (a vocabulary holding one as a word).
+        """
+        ids: list[int] = []
+        for k, chunk in enumerate(text.split(IMAGE_TOKEN) if images else [text]):
+            if k:
+                ids.append(IMAGE_PLACEHOLDER)
+            if chunk:
+                ids.extend(self.text.encode(chunk, add_special_tokens=False).ids)
+        control = sorted(self.special_ids.intersection(ids))
+        if control:
+            raise InputError(f"this tokenizer encodes the message text to control token(s) "
+                             f"{[self.control.id_to_token(i) for i in control]}; remove them from the text")  # fmt: skip
+        return ids
+
+    def encode(self, user: str, system: str | None = None) -> list[int]:
+        """Prompt ids of one user turn, ``IMAGE_PLACEHOLDER`` for every ``<image>`` of the user's message
+        (``tokenizer_image_token``); ``system``: None for the default system message, "" for none."""
+        ids: list[int] = []
+        for text, role in self.chat.segments(user, system):
+            if role is None:
+                ids.extend(self.control.encode(text, add_special_tokens=False).ids)
+            else:
+                ids.extend(self.user_ids(text, images=role == "user"))
+        return ids
+
+
+class PromptFormat:
+    """One request's text -> its prompt ids, with the export's chat template and tokenizer."""
+
+    def __init__(self, folder: str | Path, manifest: Manifest) -> None:
+        tok = Path(folder) / manifest.tokenizer
+        self.chat = ChatFormat.from_folder(tok, system=manifest.system_prompt)
+        self.chat_tokenizer = ChatTokenizer(tok / "tokenizer.json", self.chat)
+        self.tokenizer = self.chat_tokenizer.control  # for decoding answers (``seer_trt.runtime.detokenize``)
+
+    def ids(self, prompt: str, has_image: bool, system: str | None = None) -> list[int]:
+        """Prompt ids of one user turn; ``<image>`` is prepended when an image comes without a placeholder.
+        The prompt and ``system`` are text: special-token strings in them stay text (``ChatTokenizer``).
+
+        Raises:
+            InputError: an empty prompt, or a number of ``<image>`` placeholders other than the images sent.
+        """
+        if not prompt or not prompt.strip():
+            raise InputError("the prompt is empty; send the question as text")
+        n_tokens = prompt.count(IMAGE_TOKEN)
+        if has_image and n_tokens == 0:
+            prompt = f"{IMAGE_TOKEN}\n{prompt}"
+        elif n_tokens != (1 if has_image else 0):
+            raise InputError(
+                f"the prompt holds {n_tokens} {IMAGE_TOKEN} placeholder(s) for {int(has_image)} image(s); use one "
+                f"{IMAGE_TOKEN} per image (or none: it is prepended)"
+            )
+        return self.chat_tokenizer.encode(prompt, system)

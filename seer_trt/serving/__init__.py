@@ -1,0 +1,1 @@
+"""Serving: the Triton repository and its models, and the C++ runtime's Python handle. Imports the runtime."""

@@ -1,0 +1,247 @@
+"""The orchestrator model: ``SeerPipeline`` inside Triton's Python backend, its graphs called through BLS (DESIGN "Serving and embedding").
+
+In:  (at load) the export copied into the version folder (``manifest.json``, ``tokenizer/``) and the
+     ``components`` parameter (graph -> component model name); then requests of REQUEST_INPUTS.
+Out: one response per request with RESPONSE_OUTPUTS, or an error response naming what was wrong.
+
+    execute(requests) ─► Request per row ─► SeerPipeline.generate (the one Seer loop, seer_trt.runtime.pipeline)
+                         ─► BlsBackend.run(graph, feeds) ─► InferenceRequest(component model).exec()
+
+Every request of one ``execute`` call (Triton's dynamic batcher gathers them) goes into one ``generate`` call, so
+the pipeline batches step zero and routes the truncated windows exactly as ``seer-run`` does for a JSONL file.
+A request may carry several rows (a leading batch axis); its answers come back in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seer_trt.backends.base import axis_sizes
+from seer_trt.contracts.errors import InputError, ManifestError, SeerError, describe
+from seer_trt.contracts.graphs import GraphSpec
+from seer_trt.contracts.manifest import Manifest
+from seer_trt.contracts.policies import CacheConfig
+from seer_trt.contracts.profiles import LengthBuckets, max_sizes
+from seer_trt.serving.triton.pbtxt import TensorConfig
+
+# The orchestrator's contract with clients; every tensor has a leading batch axis (rows), not listed in dims.
+REQUEST_INPUTS = (
+    TensorConfig("prompt", "TYPE_STRING", (1,)),  # UTF-8 question; "<image>" marks where the image goes
+    TensorConfig("image", "TYPE_STRING", (1,), optional=True),  # encoded PNG/JPEG bytes; empty: no image
+    TensorConfig("gen_length", "TYPE_INT32", (1,), optional=True),  # answer window N; 0: the export's default
+    TensorConfig("steps", "TYPE_INT32", (1,), optional=True),  # denoising steps over N; 0: the default
+    TensorConfig("seer", "TYPE_BOOL", (1,), optional=True),  # False: the padded baseline; default True
+)
+RESPONSE_OUTPUTS = (
+    TensorConfig("text", "TYPE_STRING", (1,)),  # the answer, special tokens dropped
+    TensorConfig("token_ids", "TYPE_INT64", (-1,)),  # answer ids before <|eot_id|>; rows padded with -1
+    TensorConfig("kept", "TYPE_INT32", (1,)),  # L*: answer positions denoised (N without Seer)
+    TensorConfig("denoise_steps", "TYPE_INT32", (1,)),  # denoising steps used
+)
+PAD_ID = -1  # fills token_ids rows shorter than the request's longest
+ENGINE_BUILDER = "tensorrt"  # the build whose plans Triton's TensorRT backend serves (the manifest's builds key)
+
+
+class ServingError(SeerError):
+    """A component model answered a BLS call with an error."""
+
+
+class BlsBackend:
+    """``seer_trt.contracts.backend.Backend`` whose graphs are Triton models, called from inside the server (BLS)."""
+
+    name = "triton-bls"
+
+    def __init__(self, pb: Any, manifest: Manifest, models: Mapping[str, str], plans: Sequence[str] = ()) -> None:
+        """
+        Args:
+            pb: the ``triton_python_backend_utils`` module.
+            manifest: the export's manifest (graph contracts, and the TensorRT build's profiles).
+            models: graph name -> component model name.
+            plans: graphs served as TensorRT plans (``tensorrt_plan`` models): their calls must fit the profiles
+                the manifest's ``builds["tensorrt"]`` records.
+        """
+        self.pb = pb
+        self.manifest = manifest
+        self.models = dict(models)
+        build = manifest.builds.get(ENGINE_BUILDER)
+        served = [g for g in plans if build is not None and g in build.engines]
+        self.limits = {g: max_sizes(build.engines[g].profiles) for g in served}
+        self._buckets = build.buckets if served else None
+        self.memory = {}  # outputs in host memory even from GPU models: the pipeline works on numpy arrays
+        if hasattr(pb, "PreferredMemory"):
+            self.memory["preferred_memory"] = pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0)
+
+    def spec(self, graph: str) -> GraphSpec:
+        return self.manifest.graph(graph).spec
+
+    def max_shape(self, graph: str) -> dict[str, int] | None:
+        """The largest sizes of a plan-served graph's profiles (packed calls are split to fit); None otherwise."""
+        return self.limits.get(graph)
+
+    def buckets(self) -> LengthBuckets | None:
+        return self._buckets
+
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        spec = self.spec(graph)
+        axis_sizes(spec, feeds)  # the same checks as a local backend, before anything is sent
+        if graph not in self.models:
+            raise ManifestError(
+                f"this repository serves no {graph!r} model (it has {sorted(self.models)}); regenerate it with "
+                f"seer-triton from an export holding that graph"
+            )
+        pb = self.pb
+        inputs = [pb.Tensor(t.name, np.ascontiguousarray(feeds[t.name])) for t in spec.inputs]
+        request = pb.InferenceRequest(
+            model_name=self.models[graph],
+            inputs=inputs,
+            requested_output_names=[t.name for t in spec.outputs],
+            **self.memory,
+        )
+        response = request.exec()
+        if response.has_error():
+            raise ServingError(f"model {self.models[graph]!r} ({graph}) failed: {response.error().message()}")
+        return {t.name: pb.get_output_tensor_by_name(response, t.name).as_numpy() for t in spec.outputs}
+
+    def close(self) -> None:
+        pass
+
+
+class Model:
+    """The orchestrator: requests in, Seer answers out."""
+
+    def __init__(self, args: dict[str, Any], config: dict[str, Any]) -> None:
+        import triton_python_backend_utils as pb
+
+        from seer_trt.runtime.pipeline import SeerPipeline
+
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        folder = Path(args["model_repository"]) / args["model_version"] / params["export"]
+        manifest = Manifest.read(folder)
+        backend = BlsBackend(pb, manifest, json.loads(params["components"]), json.loads(params.get("plans", "[]")))
+        self.pb = pb
+        cache = CacheConfig.from_dict(json.loads(params.get("cache", "{}")))  # a repository before 2.1: none
+        self.pipeline = SeerPipeline(folder, manifest, backend, policy=params["policy"], cache=cache)
+
+    def execute(self, requests: list) -> list:
+        pb = self.pb
+        rows: list[list | str] = []  # per request: its pipeline Requests, or why it cannot be run
+        for request in requests:
+            try:
+                rows.append(read_request(pb, request))
+            except Exception as err:  # noqa: BLE001 - any failure of one request is that request's error
+                rows.append(message(err))
+        flat = [r for group in rows if isinstance(group, list) for r in group]
+        results = iter(self.answer(flat))
+        responses = []
+        for group in rows:
+            if isinstance(group, str):
+                responses.append(pb.InferenceResponse(error=pb.TritonError(group)))
+                continue
+            answers = [next(results) for _ in group]
+            failed = [(i, a.error) for i, a in enumerate(answers) if not a.ok]
+            if failed:
+                i, error = failed[0]
+                where = f"row {i}: " if len(group) > 1 else ""
+                responses.append(pb.InferenceResponse(error=pb.TritonError(where + error)))
+                continue
+            responses.append(pb.InferenceResponse(write_outputs(pb, answers)))
+        return responses
+
+    def answer(self, flat: list) -> list:
+        """One ``Result`` per pipeline request. The batch runs together; if it fails as a whole (a component
+        failed on a shape one request brought), each request runs alone, so only the ones that fail get an error."""
+        from seer_trt.runtime.request import Result
+
+        if not flat:
+            return []
+        try:
+            return self.pipeline.generate(flat)
+        except Exception as err:  # noqa: BLE001 - which request caused it is found below
+            if len(flat) == 1:
+                return [Result.failed(message(err))]
+        out = []
+        for request in flat:
+            try:
+                out.append(self.pipeline.generate([request])[0])
+            except Exception as err:  # noqa: BLE001 - this request's failure, and only its
+                out.append(Result.failed(message(err)))
+        return out
+
+    def finalize(self) -> None:
+        self.pipeline.close()
+
+
+def message(err: BaseException) -> str:
+    """A client's one-line error: our own errors as they are, anything else named by type, no object reprs."""
+    return describe(err) if isinstance(err, SeerError) else f"{type(err).__name__}: {describe(err)}"
+
+
+def read_request(pb: Any, request: Any) -> list:
+    """The pipeline ``Request``s of one Triton request, one per row.
+
+    Raises:
+        InputError: text that is not UTF-8, or rows that disagree in number.
+    """
+    from seer_trt.runtime.request import Request
+
+    prompt_tensor = pb.get_input_tensor_by_name(request, "prompt")
+    if prompt_tensor is None:  # the Python backend does not enforce required inputs of a batched model
+        raise InputError("the request has no 'prompt' input; send the question as a BYTES tensor 'prompt' [rows, 1]")
+    prompts = prompt_tensor.as_numpy().reshape(-1).tolist()
+    rows = len(prompts)
+
+    def column(name: str) -> list | None:
+        tensor = pb.get_input_tensor_by_name(request, name)
+        if tensor is None:
+            return None
+        values = tensor.as_numpy().reshape(-1).tolist()
+        if len(values) != rows:
+            raise InputError(f"input {name!r} has {len(values)} rows, 'prompt' has {rows}; send one value per row")
+        return values
+
+    images, lengths, steps, seer = (column(n) for n in ("image", "gen_length", "steps", "seer"))
+    out = []
+    for i, prompt in enumerate(prompts):
+        where = f"row {i}: " if rows > 1 else ""
+        if not isinstance(prompt, bytes):
+            raise InputError(f"{where}prompt is a {type(prompt).__name__}; send the question as BYTES (UTF-8 text)")
+        try:
+            text = prompt.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(f"{where}prompt is not UTF-8 ({err.reason} at byte {err.start}); send UTF-8 "
+                             f"text") from None  # fmt: skip
+        image = images[i] if images else None
+        if image is not None and not isinstance(image, bytes):
+            raise InputError(f"{where}image is a {type(image).__name__}; send the encoded PNG/JPEG file as BYTES")
+        try:
+            out.append(
+                Request(
+                    text,
+                    image=image or None,  # an empty image: none
+                    gen_length=int(lengths[i]) if lengths and lengths[i] else None,
+                    steps=int(steps[i]) if steps and steps[i] else None,
+                    seer=bool(seer[i]) if seer is not None else True,
+                )
+            )
+        except InputError as err:
+            raise InputError(f"{where}{err}") from None
+    return out
+
+
+def write_outputs(pb: Any, answers: list) -> list:
+    """RESPONSE_OUTPUTS tensors of one request's answers (rows in order)."""
+    width = max(len(a.token_ids) for a in answers)
+    ids = np.full((len(answers), width), PAD_ID, dtype=np.int64)
+    for i, a in enumerate(answers):
+        ids[i, : len(a.token_ids)] = a.token_ids
+    return [
+        pb.Tensor("text", np.array([[a.text.encode("utf-8")] for a in answers], dtype=np.object_)),
+        pb.Tensor("token_ids", ids),
+        pb.Tensor("kept", np.array([[a.kept] for a in answers], dtype=np.int32)),
+        pb.Tensor("denoise_steps", np.array([[a.steps] for a in answers], dtype=np.int32)),
+    ]
