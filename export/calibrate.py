@@ -324,7 +324,7 @@ PROG = "seer-calibrate"
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(PROG, build_parser(), work, argv)
+    return run_main(PROG, build_parser(), work, argv, atomic=False)  # a report of two files, each whole
 
 
 def work(args: argparse.Namespace) -> int:

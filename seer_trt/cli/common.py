@@ -53,14 +53,20 @@ def require_extra(prog: str, modules: tuple[str, ...] = EXPORT_MODULES, extra: s
                           f"pip install 'seer-trt[{extra}]'")  # fmt: skip
 
 
-def interrupted(prog: str, err: KeyboardInterrupt, verbose: bool) -> int:
-    """One line for Ctrl-C / SIGTERM / SIGHUP, exit status 128 + the signal; ``--verbose`` re-raises."""
+def interrupted(prog: str, err: KeyboardInterrupt, verbose: bool, atomic: bool = True) -> int:
+    """One line for Ctrl-C / SIGTERM / SIGHUP, exit status 128 + the signal; ``--verbose`` re-raises.
+
+    Args:
+        atomic: the command writes its outputs whole or not at all, so the line may say nothing half-written
+            was left behind.
+    """
     from seer_trt.contracts.outfolder import signal_name
 
     if verbose:
         raise err
     name, signum = signal_name(err)
-    print(f"{prog}: interrupted ({name}); nothing half-written was left behind", file=sys.stderr)
+    clean = "; nothing half-written was left behind" if atomic else ""
+    print(f"{prog}: interrupted ({name}){clean}", file=sys.stderr)
     return 128 + signum
 
 
@@ -78,13 +84,14 @@ def fail(prog: str, err: BaseException, verbose: bool) -> int:
 
 
 def run_main(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Namespace], int],
-             argv: list[str] | None = None, signals: bool = False) -> int:  # fmt: skip
+             argv: list[str] | None = None, signals: bool = False, atomic: bool = True) -> int:  # fmt: skip
     """The ``main`` of every command: parse ``argv``, return ``work(args)``; a ``SeerError`` or ``OSError`` becomes
     one line and exit status 2, an interrupt one line and 128 + the signal.
 
     Args:
         signals: SIGTERM and SIGHUP interrupt ``work`` as Ctrl-C does (commands that write output folders, so the
             staging folder is removed on the way out).
+        atomic: every file the command writes appears whole or not at all (what the interrupt line may claim).
     """
     from seer_trt.contracts.outfolder import signals_as_interrupts
 
@@ -96,7 +103,7 @@ def run_main(prog: str, parser: argparse.ArgumentParser, work: Callable[[argpars
                 return work(args)
         return work(args)
     except KeyboardInterrupt as err:
-        return interrupted(prog, err, verbose)
+        return interrupted(prog, err, verbose, atomic)
     except (SeerError, OSError) as err:
         return fail(prog, err, verbose)
 

@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(PROG, build_parser(), work, argv)
+    return run_main(PROG, build_parser(), work, argv, atomic=False)  # files are written in place
 
 
 def work(args: argparse.Namespace) -> int:

@@ -157,9 +157,8 @@ def denoise(
         if not live.any():
             break
         used += live
-        if (
-            t == 0 and step0 is not None
-        ):  # the full-depth step zero already predicted step 0 (docs/DESIGN.md "Seer, exactly")
+        # the full-depth step zero already predicted step 0 (docs/DESIGN.md "Seer, exactly")
+        if t == 0 and step0 is not None:
             x0 = np.where(window, step0[0][:, :width], mask_id)
             conf = np.where(window, step0[1][:, :width], -np.inf)
         else:

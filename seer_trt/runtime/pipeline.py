@@ -52,7 +52,7 @@ STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise
 Mode = str  # "seer": step zero and the boundary rule; "full": the padded loop; "window": cut, no step zero
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
 class GroupPlan:
     """Requests that run together: one step-zero pass, one dispatch plan, one set of settings."""
 
@@ -67,10 +67,11 @@ class GroupPlan:
     windows: np.ndarray  # [R] int64 kept positions of mode "window" (gen_length otherwise)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Plan:
     """What one call runs, decided before any denoising: like vLLM's scheduler output, plain data."""
 
+    size: int  # requests in the call: one Result each, in order
     groups: tuple[GroupPlan, ...]  # requests grouped by settings, in the order of each group's first request
     failed: dict[int, str]  # request index -> why it could not be prepared (it fails alone)
     policy: str  # dispatch policy of every group
@@ -274,7 +275,7 @@ class SeerPipeline:
             for (gen, mode, early_stop, cache), members in ready.items()
         )  # fmt: skip
         needs_costs = policy == "cost_model" and any(len(g.rows) > 1 for g in groups)
-        return Plan(groups, failed, policy, needs_costs)
+        return Plan(len(requests), groups, failed, policy, needs_costs)
 
     def calibrate_costs(self, shapes: Sequence[tuple[int, int, int]] = costs.CALIBRATION_SHAPES,
                         repeats: int = 5) -> CostModel:  # fmt: skip
@@ -292,16 +293,16 @@ class SeerPipeline:
                        policy: str | None = None) -> BatchOutput:  # fmt: skip
         """``generate``, also returning the dispatch plans (one per group of requests with equal settings)."""
         requests = [requests] if isinstance(requests, Request | str) else list(requests)
-        plan = self.plan(requests, policy)
+        return self.execute(self.plan(requests, policy))
+
+    def execute(self, plan: Plan) -> BatchOutput:
+        """Run ``plan``: the cost model's calibration first when it needs one and none was measured, then every
+        group; one Result per request of the call, in order."""
         if plan.needs_costs and self.cost is None:
             with self._cost_lock:
                 if self.cost is None:
                     self.calibrate_costs()
-        return self.execute(plan, len(requests))
-
-    def execute(self, plan: Plan, n_requests: int) -> BatchOutput:
-        """Run every group of ``plan``; one Result per request of the call, in order."""
-        results: list[Result | None] = [None] * n_requests
+        results: list[Result | None] = [None] * plan.size
         dispatched, errors = [], []
         for group in plan.groups:
             out, dispatch, gated = self._run_group(group, plan.policy)
