@@ -97,6 +97,22 @@ def test_pipeline_tokens_equal_the_pytorch_reference(pipe, reference, mode):
     assert windows(alone) == windows(results[:3]) and [r.steps for r in alone] == [r.steps for r in results[:3]]
 
 
+def test_a_call_plans_first_then_executes_its_plan(fixture_export):
+    """plan() prepares and groups every request before any denoising, a bad one recorded as failed; execute()
+    measures the cost model first when the plan needs it and returns what generate() returns."""
+    pipe = SeerPipeline.from_manifest(fixture_export[0])
+    calls = [Request("count to 3 ."), " ", Request("count to 4 .", seer=False), Request("count to 5 .")]
+    plan = pipe.plan(calls)
+    assert plan.size == 4 and list(plan.failed) == [1] and "prompt is empty" in plan.failed[1]
+    assert [g.rows for g in plan.groups] == [(0, 3), (2,)] and [g.mode for g in plan.groups] == ["seer", "full"]
+    assert plan.needs_costs and pipe.cost is None  # nothing ran yet
+    out = pipe.execute(plan)
+    assert pipe.cost is not None
+    assert [r.text for r in out.results] == [r.text for r in pipe.generate(calls)]
+    assert [r.ok for r in out.results] == [True, False, True, True]
+    assert not pipe.plan(calls[:1]).needs_costs  # one row: no batch to route
+
+
 def test_every_policy_gives_the_same_tokens(pipe):
     out = {p: pipe.generate_batch(requests(), policy=p) for p in POLICIES}
     first = windows(out["hybrid"].results)
