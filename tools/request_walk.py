@@ -16,11 +16,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-RUNTIME = Path(__file__).resolve().parents[1] / "seer_trt" / "runtime"
-
 
 def walk(pipe, request) -> tuple[list[str], list[str]]:
     """The stage files the pipeline called, in order (consecutive repeats folded), and the stage-to-stage calls."""
+    import seer_trt.runtime
+
+    runtime = Path(seer_trt.runtime.__file__).parent  # the stage files of the seer_trt that is running
     stops: list[str] = []
     tools: list[str] = []
 
@@ -28,7 +29,7 @@ def walk(pipe, request) -> tuple[list[str], list[str]]:
         if event != "call" or frame.f_back is None:
             return
         callee, caller = Path(frame.f_code.co_filename), Path(frame.f_back.f_code.co_filename)
-        if callee.parent != RUNTIME or caller.parent != RUNTIME or callee == caller:
+        if callee.parent != runtime or caller.parent != runtime or callee == caller:
             return
         owner = frame.f_locals.get("self")
         if owner is not None and dataclasses.is_dataclass(owner):
