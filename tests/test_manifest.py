@@ -79,7 +79,7 @@ def test_every_graph_has_the_contracted_io():
     for name in ("step_zero", "denoise", "denoise_logits"):
         assert [t.name for t in GRAPHS[name].inputs] == window
     assert [t.name for t in GRAPHS["step_zero"].outputs] == ["sparsity", "probe_score"]
-    assert [t.name for t in GRAPHS["denoise"].outputs] == ["x0", "confidence", "p_end"]  # one window graph
+    assert [t.name for t in GRAPHS["denoise"].outputs] == ["x0", "log_confidence", "p_end"]  # one window graph
     assert [t.name for t in GRAPHS["denoise_logits"].outputs] == ["logits"]
 
 
@@ -97,7 +97,7 @@ def test_graph_specs_resolve_precision_and_model_axes():
     assert denoise.input("prefix_embeds") == TensorSpec("prefix_embeds", "float16", ("batch", "prompt", 128))
     assert denoise.input("segment_ids").dtype == "int32" and denoise.input("position_ids").dtype == "int64"
     assert denoise.output("x0").dtype == "int64" and denoise.output("x0").kind == "index"
-    assert denoise.output("confidence").dtype == "float32"  # statistics stay fp32 in fp16 graphs
+    assert denoise.output("log_confidence").dtype == "float32"  # statistics stay fp32 in fp16 graphs
     assert specs["step_zero"].output("sparsity").dtype == "float32"
     assert denoise.output("p_end").dtype == "float32" and denoise.output("p_end").shape == ("batch", "answer")
     assert specs["denoise_logits"].output("logits").shape == ("batch", "answer", 103)
@@ -144,7 +144,7 @@ def test_round_trip_through_json(tmp_path: Path):
     path = manifest.write(tmp_path)
     assert path.name == MANIFEST_FILE
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == "2.1"
+    assert data["schema_version"] == SCHEMA_VERSION == "2.2"
     assert data["graphs"]["denoise"]["inputs"][2] == {
         "name": "segment_ids", "dtype": "int32", "shape": ["batch", "seq"], "kind": "value"
     }  # fmt: skip

@@ -97,6 +97,33 @@ def test_pipeline_tokens_equal_the_pytorch_reference(pipe, reference, mode):
     assert windows(alone) == windows(results[:3]) and [r.steps for r in alone] == [r.steps for r in results[:3]]
 
 
+@pytest.mark.parametrize("decoding", ["threshold:0.9", "factor:1"])
+@pytest.mark.parametrize("mode", ["seer", "baseline", "seer_early_stop"])
+def test_parallel_decoding_equals_the_pytorch_reference(fixture_export, pipe, decoding, mode):
+    """docs/DESIGN.md "Decoding strategies": every rule gives the reference sampler's tokens and forward passes,
+    batched and alone, with Seer's cut and the stop rule; under the prompt cache it still answers every row."""
+    _, manifest, _ = fixture_export
+    model = load_model(FIXTURE_DIR)
+    enc = TaskEncoder(FIXTURE_DIR, model.config)
+    gen = dataclasses.replace(manifest.generation, decoding=decoding)
+    early = mode.endswith("early_stop")
+    with torch.no_grad():
+        prefix, valid = enc.prefix(model, SAMPLES)
+        if mode.startswith("seer"):
+            ref = seer_generate(model, prefix, valid, gen, enc.special, manifest.seer, early_stop=early)[0]
+        else:
+            ref = generate(model, prefix, valid, gen, enc.special, early_stop=early)
+    reqs = [dataclasses.replace(r, decoding=decoding) for r in request_mode(mode)]
+    results = pipe.generate(reqs)
+    assert [r.kept for r in results] == ref.kept.tolist()
+    assert [r.steps for r in results] == ref.steps.tolist()
+    assert windows(results) == [row[:k].tolist() for row, k in zip(ref.tokens, ref.kept, strict=True)]
+    assert sum(r.steps for r in results) < sum(r.kept for r in results)  # several tokens a step
+    assert windows([pipe.generate(r)[0] for r in reqs[:2]]) == windows(results[:2])
+    cached = pipe.generate([dataclasses.replace(r, cache="reuse") for r in reqs])
+    assert all(r.ok and r.kept == c.kept for r, c in zip(results, cached, strict=True))
+
+
 def test_a_call_plans_first_then_executes_its_plan(fixture_export):
     """plan() prepares and groups every request before any denoising, a bad one recorded as failed; execute()
     measures the cost model first when the plan needs it and returns what generate() returns."""

@@ -61,7 +61,15 @@ def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_e
     assert check_repository(cpu_repo) == sorted(found)
     seer = found["seer"]
     assert seer.backend == "python" and seer.max_batch_size == manifest.buckets.batch[-1]
-    assert [t[0] for t in io_of(seer, "input")] == ["prompt", "image", "gen_length", "steps", "seer"]
+    assert [t[0] for t in io_of(seer, "input")] == [
+        "prompt",
+        "image",
+        "gen_length",
+        "steps",
+        "seer",
+        "decoding",
+        "early_stop",
+    ]
     assert [t[0] for t in io_of(seer, "output")] == ["text", "token_ids", "kept", "denoise_steps"]
     assert json.loads(pbtxt.parameters(seer)["components"]) == {g: f"seer_{g}" for g in graphs}
     hidden = manifest.model.hidden_size
@@ -283,6 +291,8 @@ class Case:
     image: bytes | None = None  # PNG
     gen_length: int | None = None
     seer: bool = True
+    decoding: str | None = None  # None: the export's default
+    early_stop: bool = False
 
 
 def png(image: np.ndarray) -> bytes:
@@ -294,6 +304,9 @@ def png(image: np.ndarray) -> bytes:
 CASES = [Case(s.question, png(s.image) if s.image is not None else None) for s in make_samples(11, 8)] + [
     Case("count to 5 .", gen_length=32),
     Case("repeat cat 3 times .", seer=False),
+    Case("count to 12 .", decoding="factor:1", early_stop=True),
+    Case("repeat dog 7 times .", decoding="threshold:0.9", seer=False),
+    Case("count to 9 .", decoding="fixed", early_stop=True),
 ]
 
 
@@ -303,7 +316,9 @@ def expected(fixture_export, tmp_path_factory) -> list[dict]:
     folder = tmp_path_factory.mktemp("seer-run")
     lines = []
     for i, case in enumerate(CASES):
-        request = {"prompt": case.prompt, "seer": case.seer}
+        request = {"prompt": case.prompt, "seer": case.seer, "early_stop": case.early_stop}
+        if case.decoding is not None:
+            request["decoding"] = case.decoding
         if case.image is not None:
             (folder / f"{i}.png").write_bytes(case.image)
             request["image"] = str(folder / f"{i}.png")
@@ -356,6 +371,10 @@ def inputs(module, case: Case, prompt_dtype: str = "BYTES") -> list:
     if case.gen_length is not None:
         add("gen_length", "INT32", np.array([[case.gen_length]], dtype=np.int32))
     add("seer", "BOOL", np.array([[case.seer]], dtype=bool))
+    if case.decoding is not None:
+        add("decoding", "BYTES", np.array([[case.decoding.encode()]], dtype=np.object_))
+    if case.early_stop:
+        add("early_stop", "BOOL", np.array([[True]], dtype=bool))
     return tensors
 
 

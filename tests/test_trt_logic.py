@@ -39,7 +39,7 @@ def model(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     seg, pos = feeds["segment_ids"][:, -g:], feeds["position_ids"][:, -g:]
     x0 = (feeds["gen_ids"] * 7 + seg * 3 + pos) % 50
     confidence = (feeds["prefix_embeds"].astype(np.float64).sum(axis=(1, 2))[:, None] + pos + seg) % 97 / 97
-    out = {"x0": x0.astype(np.int64), "confidence": confidence.astype(np.float32)}
+    out = {"x0": x0.astype(np.int64), "log_confidence": np.log(confidence + 1e-3).astype(np.float32)}
     b, p = feeds["prefix_embeds"].shape[:2]
     for name in (n for n in feeds if n.startswith("past_key_values.")):  # the prompt's K/V: [B, H_kv, P, hd]
         _, _, heads, _, head_dim = feeds[name].shape
@@ -251,7 +251,9 @@ def test_loop_invariant_inputs_cross_once_per_group(fake):
     gen = GenerationConfig(gen_length=16, steps=8, block_length=16)
     reference = types.SimpleNamespace(run=lambda graph, feeds: model(feeds), manifest=manifest,
                                       spec=lambda graph: manifest.graph(graph).spec)  # fmt: skip
-    for layout in (padded_layout(prompts, kept, 32, 16), packed_layout(prompts, kept)):
+    # padded: the three rows, then row 1 alone once the others are done (steps 5, 8, 3: the group re-forms when
+    # at most half its entries are live); packed: one entry, never re-formed
+    for layout, layouts in ((padded_layout(prompts, kept, 32, 16), 2), (packed_layout(prompts, kept), 1)):
         schedule = plan_schedule(gen, kept)
         fake.cuda.uploads.clear()
         got, want = (
@@ -262,14 +264,14 @@ def test_loop_invariant_inputs_cross_once_per_group(fake):
         buffers = backend._engines["denoise"].pool[0].device
         count = {name: sum(ptr == buffers[name] for ptr, _ in fake.cuda.uploads) for name in fake.engines[0].inputs}
         cache = {name: 0 for name in count if name.startswith("past_key_values.")}  # empty: nothing crosses
-        assert count == {"prefix_embeds": 1, "gen_ids": schedule.num_steps, "segment_ids": 1, "position_ids": 1,
-                         "past_weights": 1, **cache}  # fmt: skip
+        assert count == {"prefix_embeds": layouts, "gen_ids": schedule.num_steps, "segment_ids": layouts,
+                         "position_ids": layouts, "past_weights": 1, **cache}  # fmt: skip
     # a writeable array passed again may have changed: it is uploaded again, and the change shows
     feeds = feeds_for(manifest, 2, 20, 16)
-    first = backend.run("denoise", feeds)["confidence"].copy()
+    first = backend.run("denoise", feeds)["log_confidence"].copy()
     feeds["prefix_embeds"] += 1.0
-    assert not np.array_equal(backend.run("denoise", feeds)["confidence"], first)
-    assert np.array_equal(backend.run("denoise", feeds)["confidence"], model(feeds)["confidence"])
+    assert not np.array_equal(backend.run("denoise", feeds)["log_confidence"], first)
+    assert np.array_equal(backend.run("denoise", feeds)["log_confidence"], model(feeds)["log_confidence"])
 
 
 def test_a_cached_loop_sends_the_cache_once_per_refresh(fake):
@@ -289,8 +291,10 @@ def test_a_cached_loop_sends_the_cache_once_per_refresh(fake):
     assert np.array_equal(got.tokens, want.tokens) and got.refreshes.tolist() == [4, 3]  # steps 0, 4, 8, 12
     buffers = backend._engines["denoise"].pool[0].device
     count = {name: sum(ptr == buffers[name] for ptr, _ in fake.cuda.uploads) for name in fake.engines[0].inputs}
-    assert count["gen_ids"] == schedule.num_steps == 16 and count["prefix_embeds"] == 1
-    assert count["past_key_values.0.key"] == count["past_key_values.7.value"] == 4  # once per refresh
+    # once per layout: both rows, then row 0 alone once row 1 is done after step 8 (the group re-formed)
+    assert count["gen_ids"] == schedule.num_steps == 16 and count["prefix_embeds"] == 2
+    # once per refresh (steps 0, 4, 8, 12): step 8's snapshot first crosses at step 9, already cut to row 0
+    assert count["past_key_values.0.key"] == count["past_key_values.7.value"] == 4
     assert count["past_weights"] == 1  # reuse's weight [1] is the no-cache weight: the same array throughout
     assert len(backend._engines["denoise"].contexts) == 2  # a profile computing the prompt, and a cached one
 

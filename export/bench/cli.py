@@ -19,6 +19,7 @@ from seer_trt.cli.common import (
     require_extra,
     run_main,
 )
+from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.policies import DEFAULT_CACHE
 from seer_trt.eval.tasks import HELD_OUT_SEED
 
@@ -48,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also time the C++ runtime (cpp/build/libseer.so) against the Python one, per request")  # fmt: skip
     ap.add_argument("--refresh-interval", type=int, default=DEFAULT_CACHE.refresh,
                     help=f"llada-v-shaped: R of the cached modes (default: the pipeline's, {DEFAULT_CACHE.refresh})")  # fmt: skip
+    ap.add_argument("--decoding", metavar="RULE",
+                    help="parallel rule of the parallel-decoding scenario, threshold:TAU or factor:F (default: the "
+                    "export's default rule, factor:1 when that is fixed)")  # fmt: skip
     add_report(ap, json="write the report here",
                plot="write a PNG here: speedups vs gen_length, throughput per policy")  # fmt: skip
     add_verbose(ap)
@@ -70,9 +74,17 @@ def work(args: argparse.Namespace, command: str) -> int:
 
         return cache.run(args, command, progress)
     from seer_export.bench.fixture import Settings, bench, plot, tables
+    from seer_trt.contracts.config import canonical_decoding
+    from seer_trt.contracts.manifest import Manifest
     from seer_trt.eval.report import write_json
 
-    settings = Settings.quick(args.threads) if args.quick else Settings(threads=args.threads)
+    rule = args.decoding or Manifest.read(args.engines).generation.decoding
+    rule = canonical_decoding("factor:1" if rule == "fixed" else rule)
+    if rule == "fixed":
+        raise ConfigError("--decoding fixed: the parallel-decoding scenario needs a parallel rule (threshold:TAU, "
+                          "factor:F); the fixed loop is its baseline already")  # fmt: skip
+    quick = Settings.quick(args.threads, rule) if args.quick else None
+    settings = quick or Settings(threads=args.threads, decoding=rule)
     report = bench(args.engines, args.checkpoint, settings, args.seed, progress, command, args.cpp)
     print(tables(report))
     if "cpp" in report:

@@ -20,6 +20,11 @@ Scenarios:
   the first ``<|eot_id|>``, per second), padding waste, the cost model's prediction; the tokens of every
   request are checked equal across policies. A policy slower than ``prune`` times the fastest in the warm-up
   round is not timed again (it cannot be the best; its warm-up time is reported);
+- parallel decoding (docs/DESIGN.md "Decoding strategies"): LLaDA-V's early-stop loop (fixed, the official
+  setting) against the same loop with the parallel rule (``--decoding``, default factor:1), without and with the
+  prompt cache refreshed every 32 steps (that one is upstream's Fast-dLLM hook's algorithm run by this runtime),
+  and Seer + early stop + the parallel rule, without and with the cache (default refresh); one request at a time
+  and all in one call, every mode interleaved per round;
 - backends: one denoising step, PyTorch eager vs ONNX Runtime, batch 1, the same thread count for both;
 - C++ (``--cpp LIB``, ``seer_export.bench.cpp``): the C++ runtime against this one, one request at a time, with
   the time each spends outside the graphs;
@@ -73,11 +78,16 @@ class Settings:
     cpp_lengths: tuple[int, ...] = (64, 128)  # --cpp: gen_lengths of the C++ vs Python comparison
     cpp_prompts: int = 8
     cpp_rounds: int = 5
+    decoding: str = "factor:1"  # the parallel rule of the parallel-decoding scenario
+    parallel_prompts: int = 8  # prompts of that scenario (one at a time, then all in one call)
+    parallel_rounds: int = 3
+    parallel_gen_length: int = 128
 
     @classmethod
-    def quick(cls, threads: int = 1) -> Settings:
+    def quick(cls, threads: int = 1, decoding: str = "factor:1") -> Settings:
         return cls(lengths=(64, 128), single_prompts=2, single_rounds=5, batch=12, long_batch=6, batch_rounds=3,
-                   step_lengths=(16, 128), step_rounds=5, step_calls=7, threads=threads)  # fmt: skip
+                   step_lengths=(16, 128), step_rounds=5, step_calls=7, threads=threads, decoding=decoding,
+                   parallel_prompts=6)  # fmt: skip
 
 
 def valid_tokens(r: Result, eot_id: int) -> int:
@@ -105,7 +115,7 @@ def single(pipe: SeerPipeline, settings: Settings, seed: int, progress: Progress
         def request(mode: str, s: Sample, n: int = n) -> Request:
             window = oracle_window(pipe, s, n) if mode == "oracle" else None
             return Request(s.question, s.image, gen_length=n, seer=mode in ("seer", "oracle"), window=window,
-                           early_stop=mode == "early_stop", cache="none")  # fmt: skip
+                           early_stop=mode == "early_stop", cache="none", decoding="fixed")  # fmt: skip
 
         for mode in MODES:  # warm-up: sessions, buffers for these shapes
             timed(pipe, [request(mode, samples[0])])
@@ -163,13 +173,63 @@ def long_prompts(pipe: SeerPipeline, samples: list[Sample], span: tuple[int, int
     return out
 
 
+def parallel_modes(rule: str) -> dict[str, dict[str, Any]]:
+    """The parallel-decoding scenario's modes: Request fields of each."""
+    return {
+        "early_stop": {"seer": False, "early_stop": True, "decoding": "fixed", "cache": "none"},
+        "early_stop_parallel": {"seer": False, "early_stop": True, "decoding": rule, "cache": "none"},
+        "early_stop_parallel_cache32": {"seer": False, "early_stop": True, "decoding": rule, "cache": "reuse",
+                                        "refresh_interval": 32},  # fmt: skip
+        "seer_parallel": {"seer": True, "early_stop": True, "decoding": rule, "cache": "none"},
+        "seer_parallel_cache": {"seer": True, "early_stop": True, "decoding": rule, "cache": "reuse"},
+    }
+
+
+def parallel(pipe: SeerPipeline, settings: Settings, seed: int, progress: Progress) -> dict[str, Any]:
+    """Parallel decoding with and without Seer and the cache, one request at a time and batched, interleaved."""
+    samples = fixture_samples(pipe, settings.parallel_prompts, seed)
+    modes = parallel_modes(settings.decoding)
+    n = settings.parallel_gen_length
+    requests = {m: [Request(s.question, s.image, gen_length=n, **f) for s in samples] for m, f in modes.items()}
+    truth = [truth_ids(pipe, s) for s in samples]
+    out: dict[str, Any] = {"decoding": settings.decoding, "gen_length": n, "prompts": len(samples)}
+    for shape in ("batch_1", "batched"):
+        for m in modes:  # warm-up
+            timed(pipe, requests[m][:1] if shape == "batch_1" else requests[m])
+        secs: dict[str, list[float]] = {m: [] for m in modes}
+        first: dict[str, list[Result]] = {}
+        for r in range(settings.parallel_rounds):
+            progress(f"parallel decoding ({settings.decoding}), {shape}: round {r + 1}/{settings.parallel_rounds}")
+            for m in rotated(list(modes), r):
+                if shape == "batch_1":
+                    runs = [timed(pipe, [q]) for q in requests[m]]
+                    seconds, results = sum(x[0] for x in runs), [x[1].results[0] for x in runs]
+                else:
+                    seconds, batch = timed(pipe, requests[m])
+                    results = list(batch.results)
+                secs[m].append(seconds)
+                first.setdefault(m, results)
+        out[shape] = {
+            m: {
+                "answers_per_s": len(samples) / float(np.median(secs[m])),
+                "seconds_range": [min(secs[m]), max(secs[m])],
+                "exact": sum(list(x.token_ids) == t for x, t in zip(first[m], truth, strict=True)),
+                "forward_passes": float(np.mean([x.steps for x in first[m]])),
+                "speedup_vs_early_stop": ratio(secs["early_stop"], secs[m]),
+                "speedup_vs_early_stop_parallel_cache32": ratio(secs["early_stop_parallel_cache32"], secs[m]),
+            }
+            for m in modes
+        }
+    return out
+
+
 def batched(pipe: SeerPipeline, samples: list[Sample], settings: Settings, label: str, oracle: bool,
             progress: Progress) -> dict[str, Any]:  # fmt: skip
     """Every dispatch policy on the same batch, interleaved over rounds after a warm-up round."""
     eot = pipe.manifest.special_tokens.eot_id
     n = settings.batch_gen_length
     requests = [Request(s.question, s.image, gen_length=n, window=oracle_window(pipe, s, n) if oracle else None,
-                        cache="none") for s in samples]  # fmt: skip
+                        cache="none", decoding="fixed") for s in samples]  # fmt: skip
     warm: dict[str, float] = {}
     first: dict[str, Any] = {}
     for policy in POLICIES:
@@ -291,6 +351,15 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         out[f"{name}_best_fixed"] = b["best_fixed"]
         out[f"{name}_default_over_best_fixed"] = b["default_over_best_fixed"]
     out["long_tail_default_over_per_request"] = report["long_tail"]["default_over_per_request"]
+    for shape in ("batch_1", "batched"):
+        row = report["parallel"][shape]
+        out[f"seer_parallel_over_early_stop_{shape}"] = row["seer_parallel"]["speedup_vs_early_stop"]
+        out[f"seer_parallel_over_early_stop_parallel_cache32_{shape}"] = row["seer_parallel"][
+            "speedup_vs_early_stop_parallel_cache32"
+        ]
+        out[f"seer_parallel_cache_over_early_stop_parallel_cache32_{shape}"] = row["seer_parallel_cache"][
+            "speedup_vs_early_stop_parallel_cache32"
+        ]
     out["ort_over_torch_per_step"] = {
         "value": float(np.median([s["ort_over_torch"]["value"] for s in steps.values()])),
         "min": float(per_round.min()),
@@ -342,6 +411,16 @@ def tables(report: dict[str, Any]) -> str:
               "| answer length | ONNX Runtime (ms) | PyTorch eager (ms) | ORT speedup |", "|---|---|---|---|"]  # fmt: skip
     for g, r in report["backends"].items():
         lines.append(f"| {g} | {r['onnxruntime_ms']:.2f} | {r['pytorch_ms']:.2f} | {fmt(r['ort_over_torch'])} |")
+    par = report["parallel"]
+    lines += ["", f"## Parallel decoding ({par['decoding']}), gen_length {par['gen_length']}, {par['prompts']} prompts "
+              f"(median of {report['settings']['parallel_rounds']} rounds)", "",
+              "| shape | mode | answers/s | exact | forward passes / answer | vs early stop | vs early stop + parallel "
+              "+ cache 32 |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for shape in ("batch_1", "batched"):
+        for m, r in par[shape].items():
+            lines.append(f"| {shape} | {m} | {r['answers_per_s']:.1f} | {r['exact']}/{par['prompts']} | "
+                         f"{r['forward_passes']:.2f} | {fmt(r['speedup_vs_early_stop'])} | "
+                         f"{fmt(r['speedup_vs_early_stop_parallel_cache32'])} |")  # fmt: skip
     o = report["overhead"]
     lines += ["", f"## Where the time goes ({DEFAULT_POLICY}, long-tail batch)", "",
               "| detection | routing | packing | model compute | other |", "|---|---|---|---|---|",
@@ -421,6 +500,7 @@ def bench(engines: Path, checkpoint: Path | None, settings: Settings, seed: int 
     report["long_tail"] = batched(pipe, tail, settings, "long-tail batch", False, progress)
     prompts = long_prompts(pipe, long_tail(pipe, settings.long_batch, seed + 2), settings.long_prompt, seed + 3)
     report["long_prompt"] = batched(pipe, prompts, settings, "long-prompt batch", True, progress)
+    report["parallel"] = parallel(pipe, settings, seed + 5, progress)
     report["backends"] = backends(pipe, model, settings, progress)
     report["overhead"] = overhead(report["long_tail"]["stage_seconds"])
     if cpp is not None:

@@ -45,26 +45,39 @@ def logsumexp(x: torch.Tensor) -> torch.Tensor:
     return (top + torch.log(torch.exp(x - top).sum(dim=-1, keepdim=True)))[..., 0]
 
 
-def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) -> tuple[torch.Tensor, ...]:
-    """x0 [B, G] int64, its probability and the end-token probability [B, G] float32, from one log-sum-exp.
+def log1p(x: torch.Tensor) -> torch.Tensor:
+    """log(1 + x) for x >= 0 from ops every importer has: below 1e-2 the series to x^4 (error < x^5 / 5, far below
+    fp32's resolution), above it Log(1 + x), whose rounding of 1 + x no longer matters."""
+    series = x * (1 - x * (0.5 - x * (1 / 3 - x * 0.25)))
+    return torch.where(x < 1e-2, series, torch.log(1 + x))
 
-    ``x0`` is the argmax of the suppressed logits and ``confidence`` its softmax probability
-    (``low_confidence`` remasking): exp(l[x0] - lse), lse the log-sum-exp of the suppressed logits over the
-    vocabulary, the one reduction over V. ``p_end`` = p(<|eot_id|>) + p(<|endoftext|>) under the *unsuppressed*
-    softmax (what ``seer.step_zero`` reads): its normaliser is lse plus the suppressed ids' own mass at masked
-    positions, four columns, so no second softmax over the vocabulary is computed.
+
+def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) -> tuple[torch.Tensor, ...]:
+    """x0 [B, G] int64, its log-probability and the end-token probability [B, G] float32, from one reduction.
+
+    ``x0`` is the argmax of the suppressed logits and ``log_confidence`` its log softmax probability
+    (``low_confidence`` remasking): -log(1 + s), s = sum over the other ids of exp(l - l[x0]). Near p = 1 the
+    probability itself cannot rank in fp32 (0.99993229 for two different positions) but s keeps fp32's relative
+    resolution, so the order and thresholds match a float64 softmax (docs/DESIGN.md "Decoding strategies").
+    ``p_end`` = p(<|eot_id|>) + p(<|endoftext|>) under the *unsuppressed* softmax (what ``seer.step_zero``
+    reads): its normaliser is the suppressed one plus the suppressed ids' own mass at masked positions, four
+    columns, so no second softmax over the vocabulary is computed.
     """
     logits = logits.float()  # the vocabulary reduction in fp32, also in fp16 graphs
     suppressed = suppress_masked(logits, gen_ids, special)  # [B, G, V]
     x0 = suppressed.argmax(-1)  # [B, G]
-    lse = logsumexp(suppressed)  # [B, G]
-    confidence = torch.exp(suppressed.gather(-1, x0[..., None])[..., 0] - lse)
+    top = suppressed.gather(-1, x0[..., None])  # [B, G, 1] the maximum
+    others = torch.exp(suppressed - top)  # [B, G, V]; 1 at x0, which the sum must not hold (it would round s away)
+    is_x0 = torch.arange(suppressed.shape[-1], device=x0.device) == x0[..., None]
+    s = torch.where(is_x0, torch.zeros_like(others), others).sum(-1)  # [B, G] mass beside x0, relative to it
+    log_confidence = -log1p(s)
+    lse = top[..., 0] + log1p(s)  # log-sum-exp of the suppressed logits
     masked = (gen_ids == special.mask_id)[..., None]  # [B, G, 1]
     banned = torch.stack([logits[..., i] for i in special.suppressed_ids], dim=-1)  # [B, G, 4]
     banned = torch.where(masked, banned, torch.full_like(banned, float("-inf")))
     lse_all = logsumexp(torch.cat([lse[..., None], banned], dim=-1))  # the unsuppressed normaliser
     p_end = torch.exp(logits[..., special.eot_id] - lse_all) + torch.exp(logits[..., special.endoftext_id] - lse_all)
-    return x0, confidence, p_end
+    return x0, log_confidence, p_end
 
 
 PROBE_INITIALIZER = "seer_probe"  # the probe's weight vector in the step_zero graph (from the calibration)

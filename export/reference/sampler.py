@@ -11,6 +11,14 @@ L*) get -inf; each row commits its top-k, k from ``seer_trt.runtime.schedule``. 
 suppressed: a trained model never predicts it (it is never a training target). Upstream is batch 1 with a Python
 loop over rows; here the top-k is a rank comparison over the batch, so left-padded rows match batch 1.
 
+``gen.decoding`` picks the commit rule (docs/DESIGN.md "Decoding strategies"): ``fixed`` is the top-k above;
+``threshold:τ`` commits every eligible position with probability >= τ (at least the most confident one, Fast-dLLM);
+``factor:f`` the n most confident while the n-th has probability >= 1 - f / (n + 1) (LLaDA-V's Fast-dLLM hook,
+written from its rule: upstream also commits the last masked position when it alone fails its bound, and ranks
+positions past the block as masked ones; here only eligible positions count). Under those two a row's block is the
+one of its first position still to commit, and it runs until done. Confidences are compared as float64
+log-probabilities.
+
 ``early_stop`` is upstream's ``stopping_criteria=['<|eot_id|>']``, what LLaDA-V's demo and evaluation run
 (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch"): once a row has committed an ``<|eot_id|>``, only positions before its first one may commit
 (a top-k that finds fewer eligible positions commits fewer), and the row stops, using no more forward passes,
@@ -20,6 +28,7 @@ when no position before it is masked. The answer (ids before the first ``<|eot_i
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
@@ -53,6 +62,25 @@ def commit_top_k(confidence: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         1, order, torch.arange(order.shape[1], device=order.device).expand_as(order)
     )
     return rank < k[:, None]
+
+
+def commit_rule(rule: tuple[str, float | None], log_conf: torch.Tensor, eligible: torch.Tensor,
+                transfer: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """Boolean [B, N]: what one step commits under ``rule``; ``log_conf`` float64, -inf where not eligible."""
+    name, value = rule
+    if name == "fixed":
+        return commit_top_k(log_conf, transfer) & eligible
+    top = commit_top_k(log_conf, torch.ones_like(transfer))
+    if name == "threshold":
+        return ((log_conf >= math.log(value)) | top) & eligible
+    ranked, order = torch.sort(log_conf, dim=1, descending=True, stable=True)
+    n = torch.arange(1, log_conf.shape[1] + 1, dtype=torch.float64, device=log_conf.device)
+    bound = torch.log((1 - value / (n + 1)).clamp(min=0))  # log(0) = -inf: that rank always passes
+    bound[0] = float("-inf")  # at least one commits
+    passes = ranked >= bound
+    passes &= torch.gather(eligible, 1, order)
+    count = torch.cumprod(passes.long(), dim=1).sum(1).clamp(min=1)
+    return commit_top_k(log_conf, count) & eligible
 
 
 @torch.no_grad()
@@ -102,9 +130,11 @@ def generate(
 
     x = torch.full((batch, n), special.mask_id, dtype=torch.long, device=device)  # [B, N]
     stop = torch.full((batch,), n, device=device)  # [B] first committed <|eot_id|> (N: none yet)
-    row_steps = torch.as_tensor(schedule.steps, device=device)  # [B]
+    rule = gen.rule
+    fixed = rule[0] == "fixed"
+    row_steps = torch.as_tensor(schedule.steps if fixed else schedule.kept, device=device)  # [B] step budget
     used = torch.zeros(batch, dtype=torch.long, device=device)  # [B] forward passes each row took part in
-    for t in range(schedule.num_steps):
+    for t in range(int(row_steps.max())):
         masked = x == special.mask_id  # [B, N]
         before_stop = positions < torch.minimum(stop, kept_t)[:, None]  # [B, N] the kept window, before the stop
         live = (masked & before_stop).any(1) & (t < row_steps)  # [B]
@@ -125,12 +155,18 @@ def generate(
             x0 = torch.argmax(logits, dim=-1)  # [B, N]
         if gen.remasking == "low_confidence":
             p = torch.softmax(logits.double(), dim=-1)
-            conf = torch.gather(p, -1, x0[..., None])[..., 0]  # [B, N] float64
+            conf = torch.gather(p, -1, x0[..., None])[..., 0].log()  # [B, N] float64 log-probability
         else:
-            conf = noise(n)
-        eligible = masked & (positions < block_end[:, t, None]) & before_stop & live[:, None]
+            conf = noise(n).log()
+        if fixed:
+            end = block_end[:, t]
+        else:  # the block of the first position still to commit
+            todo = masked & before_stop
+            first = torch.where(todo.any(1), todo.long().argmax(1), 0)
+            end = torch.minimum(kept_t, (first // gen.block_length + 1) * gen.block_length)
+        eligible = masked & (positions < end[:, None]) & before_stop & live[:, None]
         conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
-        commit = commit_top_k(conf, transfer[:, t]) & eligible
+        commit = commit_rule(rule, conf, eligible, transfer[:, min(t, schedule.num_steps - 1)])
         x = torch.where(commit, x0, x)
         if early_stop:
             stop = torch.where(x == special.eot_id, positions, n).amin(1)

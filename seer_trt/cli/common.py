@@ -165,6 +165,11 @@ def add_generation(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--gen-length", type=int, help="answer window (default: the export's)")
     g.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
     g.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
+    g.add_argument("--decoding", metavar="RULE",
+                   help="how many tokens a step commits: fixed (gen_length / steps per step, the paper's loop), "
+                   "threshold:TAU (every position with probability >= TAU, at least one; Fast-dLLM) or factor:F "
+                   "(the n most confident while the n-th has probability >= 1 - F / (n + 1); LLaDA-V's Fast-dLLM "
+                   "hook) (default: the export's)")  # fmt: skip
     g.add_argument("--no-seer", action="store_true", help="the padded baseline: denoise all gen_length positions")
     g.add_argument("--early-stop", action="store_true",
                    help="LLaDA-V's official stopping criterion: stop once the answer before the first <|eot_id|> "

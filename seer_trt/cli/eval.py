@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--drift-gate", type=float,
                    help="--cache: also each policy with this drift gate (relative K/V error that brings a refresh "
                    "forward)")  # fmt: skip
+    g = ap.add_argument_group("decoding strategies")
+    g.add_argument("--decoding", metavar="RULES",
+                   help="decoding rules to measure, comma-separated (e.g. threshold:0.9,factor:1; fixed is always "
+                   "included): each under LLaDA-V's early stop, Seer, Seer + early stop and that with the prompt "
+                   "cache, beside the exact fixed loop, instead of the modes table")  # fmt: skip
     add_report(ap, plot="write a PNG here: L* minus true length, exact match per mode")
     add_verbose(ap)
     return ap
@@ -65,6 +70,22 @@ def work(args: argparse.Namespace, command: str) -> int:
     def progress(text: str) -> None:
         print(f"[{time.time() - t0:6.1f}s] seer-eval {text}", file=sys.stderr, flush=True)
 
+    if args.cache and args.decoding:
+        raise ConfigError("--cache and --decoding are two different tables; pass one")
+    if args.decoding:
+        from seer_trt.contracts.config import canonical_decoding
+        from seer_trt.eval.accuracy import decoding_table, evaluate_decoding
+
+        rules = list(dict.fromkeys(["fixed"] + [canonical_decoding(r) for r in args.decoding.split(",") if r.strip()]))
+        progress(f"{args.n} prompts x {len(rules)} rules x 4 settings, after the exact fixed loop")
+        report = evaluate_decoding(args.engines, rules, args.n, args.seed, args.gen_length, progress)
+        report["command"] = command
+        print(decoding_table(report["rows"], args.n, report["gen_length"], report["detector"]))
+        best = report["fastest_within_0.5_points"]
+        print(f"\nfastest within 0.5 exact-match points of the exact loop: {best['decoding']} / {best['setting']}")
+        if args.json:
+            write_json(args.json, report)
+        return 0
     if args.cache:
         configs = cache_policies(args.cache, args.refresh_interval, args.forecast_order, args.drift_gate)
         progress(f"{args.n} prompts x {len(configs) + 1} cache policies (the exact loop first)")

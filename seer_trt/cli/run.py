@@ -2,7 +2,7 @@
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), one ``--prompt`` (with ``--image``) or ``--input FILE.jsonl``
      (one request object per line: ``prompt``, optional ``image`` path, ``system``, ``gen_length``, ``steps``,
-     ``block_length``, ``temperature``, ``remasking``, ``seer``, ``early_stop``, ``window``, ``seed``, ``cache``,
+     ``block_length``, ``temperature``, ``remasking``, ``decoding``, ``seer``, ``early_stop``, ``window``, ``seed``, ``cache``,
      ``refresh_interval``), UTF-8.
 Out: the answer text (or, with ``--json``, the whole result); with ``--input``, one JSON result per line in
      ``--output`` (stdout by default), a failed request (bad JSON, not UTF-8, a bad field or image) carrying its
@@ -101,7 +101,8 @@ def work(args: argparse.Namespace) -> int:
     from seer_trt.runtime.request import GENERATION_FIELDS, Request, Result
 
     overrides = {k: v for k, v in (("gen_length", args.gen_length), ("steps", args.steps),
-                                   ("temperature", args.temperature)) if v is not None}  # fmt: skip
+                                   ("temperature", args.temperature), ("decoding", args.decoding))
+                 if v is not None}  # fmt: skip
     if args.no_seer:
         overrides["seer"] = False
     if args.early_stop:

@@ -25,6 +25,11 @@ SIGNALS = ("mlp_sparsity", "probe", "end_token_prob")
 STATISTICS = ("abs_below", "gate_negative")
 DIRECTIONS = ("up", "down")
 DETECTORS = ("jump", "threshold")
+DECODINGS = (
+    "fixed",
+    "threshold",
+    "factor",
+)  # commit rules of the denoising loop (docs/DESIGN.md "Decoding strategies")
 PROBE_EPS = 1e-6  # the probe reads the residual stream RMS-normalised (no weight): x / sqrt(mean(x^2) + eps)
 
 
@@ -91,6 +96,35 @@ class SpecialTokens:
         return _from_dict(cls, data, "special_tokens")
 
 
+def parse_decoding(text: Any) -> tuple[str, float | None]:
+    """``"fixed"``, ``"threshold:TAU"`` (0 < TAU <= 1) or ``"factor:F"`` (F > 0) as (strategy, parameter).
+
+    Raises:
+        ConfigError: anything else, with the accepted forms.
+    """
+    forms = "'fixed', 'threshold:TAU' (0 < TAU <= 1, e.g. threshold:0.9) or 'factor:F' (F > 0, e.g. factor:1)"
+    if not isinstance(text, str):
+        raise ConfigError(f"decoding is {text!r}; expected {forms}")
+    name, sep, raw = text.strip().partition(":")
+    if name == "fixed" and not sep:
+        return "fixed", None
+    if name not in DECODINGS[1:] or not sep:
+        raise ConfigError(f"decoding {text!r} is not one of {forms}")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"decoding {text!r}: {raw!r} is not a number; expected {forms}") from None
+    if not math.isfinite(value) or value <= 0 or (name == "threshold" and value > 1):
+        raise ConfigError(f"decoding {text!r}: the parameter is out of range; expected {forms}")
+    return name, value
+
+
+def canonical_decoding(text: Any) -> str:
+    """The one spelling of a decoding (``"factor:1.0"`` -> ``"factor:1"``), so equal rules group together."""
+    name, value = parse_decoding(text)
+    return name if value is None else f"{name}:{value:g}"
+
+
 @dataclasses.dataclass(frozen=True)
 class GenerationConfig:
     """Sampler settings with LLaDA-V's defaults (``generate_with_embeds``: 128 / 128 / 128, greedy)."""
@@ -100,8 +134,11 @@ class GenerationConfig:
     block_length: int = 128  # semi-autoregressive block; == gen_length means one block
     temperature: float = 0.0  # 0: greedy argmax; > 0: Gumbel-max in float64
     remasking: Literal["low_confidence", "random"] = "low_confidence"
+    # commit rule: "fixed" (k tokens per step from steps), "threshold:TAU" or "factor:F" (as many as confidence allows)
+    decoding: str = "fixed"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "decoding", canonical_decoding(self.decoding))
         for name in ("gen_length", "steps", "block_length"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
@@ -129,6 +166,11 @@ class GenerationConfig:
     @property
     def num_blocks(self) -> int:
         return self.gen_length // self.block_length
+
+    @property
+    def rule(self) -> tuple[str, float | None]:
+        """(strategy, its parameter): ("fixed", None), ("threshold", tau) or ("factor", f)."""
+        return parse_decoding(self.decoding)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -15,7 +15,7 @@ probabilities and logits are float32 in every precision.
     prompt ids ──► embed ──┐
     pixel tiles ► vision ──┴► (runtime splices image features + newline) ► prefix_embeds [B, P, D]
     prefix_embeds, gen_ids, segment_ids, position_ids ─► step_zero      ─► sparsity (, probe_score) [B, G]
-      (+ past_weights, past_key_values.{i}.key/value) ─► denoise        ─► x0, confidence, p_end [B, G]
+      (+ past_weights, past_key_values.{i}.key/value) ─► denoise        ─► x0, log_confidence, p_end [B, G]
                                                                             (+ present.{i}.key/value)
                                                        ─► denoise_logits ─► logits (only with --sampling)
 
@@ -134,7 +134,19 @@ WINDOW_INPUTS = (
 X0 = TensorSpec("x0", "int64", ("batch", "answer"), kind="index")  # greedy prediction, suppression applied
 
 
-CONFIDENCE = TensorSpec("confidence", "float32", ("batch", "answer"))  # probability of x0 (suppressed softmax)
+CONFIDENCE = TensorSpec("log_confidence", "float32", ("batch", "answer"))  # log-probability of x0 (suppressed)
+LEGACY_CONFIDENCE = "confidence"  # a 2.1 export's output: the probability itself (its log is what the loop ranks)
+
+
+def log_confidence(out: Mapping[str, Any]) -> Any:
+    """The window graph's log-probability of ``x0`` from its outputs: ``log_confidence``, or the log of a 2.1
+    export's ``confidence`` (whose fp32 ties near 1 stay ties)."""
+    if CONFIDENCE.name in out:
+        return out[CONFIDENCE.name]
+    import numpy as np
+
+    with np.errstate(divide="ignore"):
+        return np.log(out[LEGACY_CONFIDENCE])
 
 
 P_END = TensorSpec("p_end", "float32", ("batch", "answer"))  # p(<|eot_id|>) + p(<|endoftext|>), unsuppressed
@@ -171,7 +183,7 @@ GRAPHS: dict[str, GraphSpec] = {
             "denoise",
             WINDOW_INPUTS,
             (X0, CONFIDENCE, P_END),
-            "one full-depth step: greedy x0, its confidence, the end-token probability (step zero's fallback)",
+            "one full-depth step: greedy x0, its log-probability, the end-token probability (step zero's fallback)",
         ),
         GraphSpec(
             "denoise_logits",

@@ -16,7 +16,9 @@ profiles from (``EngineBuild``); absent from older manifests, read as none / the
 reads one shared weights file (``weights``), and the Seer calibration gained a probe signal and a detector: 1.x
 exports are refused. 2.1: the window graphs (``denoise``, ``denoise_logits``) take a prompt K/V cache
 (``past_weights``, ``past_key_values.{i}.key/value``) and return ``present.{i}.key/value``
-(``seer_trt.contracts.graphs.cache_specs``); a 2.0 export runs with cache "none" only.
+(``seer_trt.contracts.graphs.cache_specs``); a 2.0 export runs with cache "none" only. 2.2: the window graphs
+return ``log_confidence`` (the log-probability of ``x0``, fp32 headroom near 1) instead of ``confidence``, and the
+generation defaults gained ``decoding``; a 2.1 export's confidence is read as its log, its decoding as "fixed".
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from seer_trt.contracts.errors import ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec, TensorSpec
 from seer_trt.contracts.profiles import LengthBuckets, Profile
 
-SCHEMA_VERSION = "2.1"
+SCHEMA_VERSION = "2.2"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
 WEIGHTS_INDEX = "weights.json"  # name -> where in the shared weights file, one line per tensor

@@ -18,6 +18,12 @@ Seer under each policy at each refresh interval: exact match, answers identical 
 agreement with it (the exact loop's answer positions, through its first ``<|eot_id|>``) and refreshes (steps that
 computed the prompt) per request. Reuse and forecast at one interval refresh at the same steps unless a drift gate
 moves them, so their rows compare the two at equal refresh counts.
+
+``--decoding RULES`` measures decoding strategies instead (docs/DESIGN.md "Decoding strategies"): the exact
+``fixed`` loop (padded, one token per step by default) first, then each rule under each setting (LLaDA-V's
+early-stop loop, Seer, Seer with early stop, and that with the prompt cache): exact match, answers identical to
+the exact fixed loop's, forward passes per answer (Seer's rows add one step-zero pass at the probe's depth) and
+the wall seconds of the setting's batches, the figure the default is chosen from.
 """
 
 from __future__ import annotations
@@ -71,11 +77,104 @@ def oracle_window(pipe: SeerPipeline, sample: Sample, gen_length: int) -> int:
 
 
 def mode_request(pipe: SeerPipeline, sample: Sample, mode: str, gen_length: int | None) -> Request:
-    """The request of ``sample`` in one of MODES, on the exact loop."""
+    """The request of ``sample`` in one of MODES, on the exact loop (the fixed schedule, cache none)."""
     n = gen_length or pipe.manifest.generation.gen_length
     window = oracle_window(pipe, sample, n) if mode == "oracle" else None
     return Request(sample.question, sample.image, gen_length=gen_length, seer=mode in ("seer", "oracle"),
-                   window=window, early_stop=mode == "early_stop", cache="none")  # fmt: skip
+                   window=window, early_stop=mode == "early_stop", cache="none", decoding="fixed")  # fmt: skip
+
+
+# the settings each decoding rule is measured under: Request fields beside the rule
+DECODING_SETTINGS = {
+    "early_stop": {"seer": False, "early_stop": True, "cache": "none"},
+    "seer": {"seer": True, "early_stop": False, "cache": "none"},
+    "seer_early_stop": {"seer": True, "early_stop": True, "cache": "none"},
+    "seer_early_stop_reuse": {"seer": True, "early_stop": True, "cache": "reuse"},
+}
+EXACT_LOOP = ("fixed", "padded")  # the reference every setting is compared with: no Seer, no stop, no cache
+
+
+def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, rules: list[str],
+                  progress: Callable[[str], None] | None = None) -> dict[tuple[str, str], tuple[list[Result], float]]:  # fmt: skip
+    """(rule, setting) -> (results, wall seconds): the exact fixed loop, then every rule under every setting."""
+    import time
+
+    runs = [EXACT_LOOP] + [(rule, setting) for rule in rules for setting in DECODING_SETTINGS]
+    out = {}
+    for rule, setting in runs:
+        fields = (
+            {"seer": False, "early_stop": False, "cache": "none"} if setting == "padded" else DECODING_SETTINGS[setting]
+        )
+        results: list[Result] = []
+        start = time.perf_counter()
+        for first in range(0, len(samples), CHUNK):
+            chunk = samples[first : first + CHUNK]
+            results += pipe.generate([Request(s.question, s.image, gen_length=gen_length, decoding=rule, **fields)
+                                      for s in chunk])  # fmt: skip
+        seconds = time.perf_counter() - start
+        failed = [r.error for r in results if not r.ok]
+        if failed:
+            raise SeerError(f"{rule} / {setting}: {len(failed)} request(s) failed, first: {failed[0]}")
+        out[(rule, setting)] = (results, seconds)
+        if progress:
+            progress(f"{rule} / {setting}: {len(samples)} prompts in {seconds:.1f} s")
+    return out
+
+
+def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
+                     runs: dict[tuple[str, str], tuple[list[Result], float]]) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per (rule, setting): exact match, = the exact fixed loop, forward passes per answer, seconds."""
+    truth = [truth_ids(pipe, s) for s in samples]
+    exact = [list(r.token_ids) for r in runs[EXACT_LOOP][0]]
+    rows = []
+    for (rule, setting), (results, seconds) in runs.items():
+        answers = [list(r.token_ids) for r in results]
+        rows.append({
+            "decoding": rule,
+            "setting": setting,
+            "exact_match": float(np.mean([a == t for a, t in zip(answers, truth, strict=True)])),
+            "match_exact_loop": float(np.mean([a == b for a, b in zip(answers, exact, strict=True)])),
+            "forward_passes": float(np.mean([r.steps for r in results])),
+            "step_zero": setting.startswith("seer"),
+            "mean_kept": float(np.mean([r.kept for r in results])),
+            "seconds": seconds,
+            "answers_per_s": len(results) / seconds,
+        })  # fmt: skip
+    return rows
+
+
+def decoding_table(rows: list[dict[str, Any]], n: int, gen_length: int, detector: str) -> str:
+    lines = [
+        f"{n} held-out prompts, gen_length {gen_length}; seer = {detector}; exact loop = fixed, padded, cache none",
+        "| decoding | setting | exact match | = exact loop | forward passes / answer | answers/s (eval batches) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        passes = f"{r['forward_passes']:.2f}" + (" + step zero" if r["step_zero"] else "")
+        lines.append(f"| {r['decoding']} | {r['setting']} | {100 * r['exact_match']:.1f} % | "
+                     f"{100 * r['match_exact_loop']:.1f} % | {passes} | {r['answers_per_s']:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str, Any]:
+    """The row with the most answers/s whose exact match is within ``points`` percentage points of the exact
+    fixed loop's (or above it)."""
+    base = next(r for r in rows if (r["decoding"], r["setting"]) == EXACT_LOOP)["exact_match"]
+    fit = [r for r in rows if 100 * (base - r["exact_match"]) <= points]
+    return max(fit, key=lambda r: r["answers_per_s"])
+
+
+def evaluate_decoding(engines: str | Path, rules: list[str], n: int = 200, seed: int = HELD_OUT_SEED,
+                      gen_length: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every decoding rule of ``rules`` under every setting on ``n`` held-out prompts, beside the exact loop."""
+    pipe = SeerPipeline.from_manifest(engines, calibrate=True)  # the cost model timed before, not in, a setting
+    samples = fixture_samples(pipe, n, seed)
+    rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress))
+    best = fastest_within(rows)
+    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": n, "seed": seed,
+            "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
+            "threads": pipe.backend.threads if hasattr(pipe.backend, "threads") else None, "git": git_sha(),
+            "rows": rows, "fastest_within_0.5_points": {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
 
 
 def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, modes=MODES,

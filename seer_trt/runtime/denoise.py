@@ -1,39 +1,56 @@
-"""Stage 5, denoise: the one denoising loop, for any group of rows in any layout (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch", "Seer, exactly").
+"""Stage 5, denoise: the one denoising loop, for any group of rows in any layout (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch", "Seer, exactly", "Decoding strategies").
 
 In:  a ``Layout`` (how the group's rows sit in the graph call), their ``Schedule`` (tokens to commit per row
      and step, block ends), a ``Decoder`` (greedy through the ``denoise`` graph, or sampled from
-     ``denoise_logits``), and optionally step 0's prediction from a full-depth step-zero pass.
+     ``denoise_logits``), the decoding rule, and optionally step 0's prediction from a full-depth step-zero pass.
 Out: ``Denoised``: the answer tokens [n, L_max] (row i's first ``kept[i]`` positions are its answer window) and
      the steps each row took part in.
 
 Per step, LLaDA-V's ``generate_with_embeds``: predict every masked position (special ids suppressed there, in
-the graph), confidence = probability of the prediction (``low_confidence``) or a uniform draw (``random``);
-positions past the row's current block are not eligible; each row commits its ``transfer[t]`` most confident
-eligible positions (ties to the earlier position). Everything is vectorised over rows: the step loop has no
-per-row Python loop and allocates only its small [n, L_max] state arrays.
+the graph), confidence = log-probability of the prediction (``low_confidence``) or the log of a uniform draw
+(``random``); positions past the row's current block are not eligible; then the decoding rule commits:
+
+    fixed        the row's ``transfer[t]`` most confident eligible positions (ties to the earlier position)
+    threshold:τ  every eligible position with probability >= τ, at least the most confident (Fast-dLLM)
+    factor:f     the n most confident while the n-th has probability >= 1 - f / (n + 1), at least one
+                 (the rule of LLaDA-V's Fast-dLLM hook)
+
+Under ``fixed`` the block a step works in comes from the schedule; under the other two a row moves to its next
+block once the current one has no masked position left, and the loop runs until every row is done (each step
+commits at least one token, so at most ``kept`` steps). Everything is vectorised over rows: the step loop has
+no per-row Python loop and allocates only its small [n, L_max] state arrays.
 
 With ``stop_id`` (LLaDA-V's ``stopping_criteria=['<|eot_id|>']``, the official demo's and evaluation's setting,
-docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch"), a row that has committed ``stop_id`` may commit only before its first one, and is done when
-no position before it is masked; the loop ends when every row is done. A done row still rides along in its
-group's calls (its values do not change), so early stopping saves calls only once a whole group is done.
+docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch"), a row that has committed ``stop_id`` may commit only
+before its first one, and is done when no position before it is masked; the loop ends when every row is done.
 
-With a prompt K/V cache (``seer_trt.runtime.kv_cache``, docs/DESIGN.md "Prompt K/V cache"), a step either computes the prompt (a
-refresh; under ``--cache none`` every step) or only the answer positions against the cached prompt K/V; the
-policy decides per step, the loop itself is the same.
+Rows finish at different steps. A finished row's values no longer change; the group is re-formed from the live
+rows' batch entries (``Layout.select``, the cache's snapshots cut alike) when that pays: when the cost model
+predicts the smaller call cheaper by more than its own error, or, without one, once at most half the entries
+are live. A row computes the same values whatever shares its call, so re-forming changes no token.
+
+With a prompt K/V cache (``seer_trt.runtime.kv_cache``, docs/DESIGN.md "Prompt K/V cache"), a step either
+computes the prompt (a refresh; under ``--cache none`` every step) or only the answer positions against the
+cached prompt K/V; the policy decides per step, the loop itself is the same.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+import math
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from seer_trt.contracts.backend import Backend
+from seer_trt.contracts.graphs import log_confidence
 from seer_trt.contracts.policies import EXACT, CacheConfig
 from seer_trt.runtime.kv_cache import GroupCache
 from seer_trt.runtime.layout import Layout
 from seer_trt.runtime.schedule import Schedule
+
+if TYPE_CHECKING:
+    from seer_trt.runtime.dispatch import CostModel
 
 _M1, _M2, _M3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -58,7 +75,7 @@ def uniform(seeds: np.ndarray, step: int, positions: np.ndarray, width: int) -> 
 
 
 class Decoder(Protocol):
-    """Predictions and confidences of one step, in the loop's state shape [n, L_max]."""
+    """Predictions and their log-confidences of one step, in the loop's state shape [n, L_max]."""
 
     graph: str  # the graph it calls
 
@@ -68,12 +85,12 @@ class Decoder(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Greedy:
-    """Temperature 0, ``low_confidence``: the ``denoise`` graph's own argmax and probability."""
+    """Temperature 0, ``low_confidence``: the ``denoise`` graph's own argmax and log-probability."""
 
     graph: str = "denoise"
 
     def __call__(self, out, layout, step, shape, mask_id):
-        return layout.gather(out["x0"], shape, mask_id), layout.gather(out["confidence"], shape, -np.inf)
+        return layout.gather(out["x0"], shape, mask_id), layout.gather(log_confidence(out), shape, -np.inf)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,10 +112,10 @@ class Sampled:
         else:
             x0 = np.argmax(logits, axis=-1)
         if self.remasking == "random":
-            return x0, uniform(self.seeds, 2 * step + 1, positions, 1)[..., 0]
-        p = np.exp(shifted)
-        conf = np.take_along_axis(p, x0[..., None], -1)[..., 0] / p.sum(-1)
-        return x0, conf
+            return x0, np.log(uniform(self.seeds, 2 * step + 1, positions, 1)[..., 0])
+        picked = np.take_along_axis(shifted, x0[..., None], -1)[..., 0]
+        with np.errstate(divide="ignore"):
+            return x0, picked - np.log(np.exp(shifted).sum(-1))  # log softmax of x0, float64
 
 
 def commit_top_k(confidence: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -107,6 +124,52 @@ def commit_top_k(confidence: np.ndarray, k: np.ndarray) -> np.ndarray:
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), axis=1)
     return rank < np.asarray(k)[:, None]
+
+
+def commit_threshold(confidence: np.ndarray, eligible: np.ndarray, tau: float) -> np.ndarray:
+    """[n, L] bool: every eligible position whose probability is >= ``tau``, and each row's most confident one."""
+    top = commit_top_k(confidence, np.ones(len(confidence), dtype=np.int64))
+    return ((confidence >= math.log(tau)) | top) & eligible
+
+
+def factor_bounds(width: int, factor: float) -> np.ndarray:
+    """[width] float64: the log-probability the n-th most confident position needs under ``factor:f``,
+    log(1 - f / (n + 1)) for n = 1..width, -inf where that bound is <= 0 and for n = 1 (one always commits)."""
+    n = np.arange(1, width + 1, dtype=np.float64)
+    bound = 1.0 - factor / (n + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(bound > 0, np.log(np.maximum(bound, 1e-300)), -np.inf)
+    out[0] = -np.inf
+    return out
+
+
+def commit_factor(confidence: np.ndarray, eligible: np.ndarray, factor: float) -> np.ndarray:
+    """[n, L] bool: per row the n most confident eligible positions, n the longest run from the top whose k-th
+    position (k <= n) has probability >= 1 - f / (k + 1); at least one."""
+    order = np.argsort(-confidence, axis=1, kind="stable")
+    ranked = np.take_along_axis(confidence, order, 1)  # [n, L] descending
+    ok = (ranked >= factor_bounds(confidence.shape[1], factor)[None]) & np.take_along_axis(eligible, order, 1)
+    count = np.cumprod(ok, axis=1).sum(1)  # [n] the run of passing positions from the top
+    return commit_top_k(confidence, np.maximum(count, 1)) & eligible
+
+
+def commit(rule: tuple[str, float | None], confidence: np.ndarray, eligible: np.ndarray,
+           transfer: np.ndarray) -> np.ndarray:  # fmt: skip
+    """The positions a step commits under ``rule`` (``GenerationConfig.rule``); ``confidence`` is -inf where
+    not ``eligible``; ``transfer`` [n] is the fixed schedule's count."""
+    name, value = rule
+    if name == "threshold":
+        return commit_threshold(confidence, eligible, value)
+    if name == "factor":
+        return commit_factor(confidence, eligible, value)
+    return commit_top_k(confidence, transfer) & eligible
+
+
+def current_block_end(open_: np.ndarray, kept: np.ndarray, block_length: int) -> np.ndarray:
+    """[n] end of each row's current block when blocks advance as they fill: the block of the row's first
+    position still to commit, cut to its window (blocks of ``block_length`` over the kept window)."""
+    first = np.where(open_.any(1), open_.argmax(1), 0)
+    return np.minimum(kept, (first // block_length + 1) * block_length)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +189,9 @@ def denoise(
     step0: tuple[np.ndarray, np.ndarray] | None = None,
     stop_id: int | None = None,
     cache: CacheConfig = EXACT,
+    rule: tuple[str, float | None] = ("fixed", None),
+    block_length: int | None = None,
+    cost: CostModel | None = None,
 ) -> Denoised:
     """Denoise a group's answer windows.
 
@@ -135,45 +201,71 @@ def denoise(
         schedule: per-row commits ([n, T] transfer, block_end) for the group's kept windows.
         decoder: ``Greedy()`` or ``Sampled(...)``.
         mask_id: the mask token id.
-        step0: ([n, >= L_max] x0, confidence) of a full-depth step-zero pass, used as step 0 (greedy only).
-        stop_id: early stopping at this token (``<|eot_id|>``); None runs every scheduled step.
+        step0: ([n, >= L_max] x0, log-confidence) of a full-depth step-zero pass, used as step 0 (greedy only).
+        stop_id: early stopping at this token (``<|eot_id|>``); None runs until the windows are committed.
         cache: the prompt K/V cache policy (``none``: every step computes the prompt).
+        rule: the decoding rule (``GenerationConfig.rule``): fixed, threshold or factor.
+        block_length: the block of the threshold and factor rules (None: one block per window).
+        cost: the dispatch's cost model, which decides when a group is re-formed from its live rows.
     """
     n, width = len(schedule.kept), int(schedule.kept.max())
     shape = (n, width)
+    fixed = rule[0] == "fixed"
+    block = width if block_length is None else block_length
     x = np.full(shape, mask_id, dtype=np.int64)  # [n, L_max]
     positions = np.arange(width)[None]  # [1, L_max]
-    feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": None, "segment_ids": layout.segment_ids,
-             "position_ids": layout.position_ids}  # fmt: skip
     window = positions < schedule.kept[:, None]  # [n, L_max]
     stop = np.full(n, width)  # [n] first committed stop_id (width: none)
     used = np.zeros(n, dtype=np.int64)
     refreshes = np.zeros(n, dtype=np.int64)
+    cap = schedule.steps if fixed else schedule.kept  # steps a row may take (every dynamic step commits one)
     kv = GroupCache(cache, backend.spec(decoder.graph), layout)
-    for t in range(schedule.num_steps):
+    ends = np.zeros(n, dtype=np.int64)  # [n] each row's block end at the previous step
+    for t in range(int(cap.max())):
         masked = x == mask_id
         open_ = masked & window & (positions < stop[:, None])  # positions this row may still commit
-        live = open_.any(1) & (t < schedule.steps)  # [n]
+        live = open_.any(1) & (t < cap)  # [n]
         if not live.any():
             break
         used += live
+        block_end = schedule.block_end[:, t] if fixed else current_block_end(open_, schedule.kept, block)
+        boundary = t > 0 and bool((block_end[live] != ends[live]).any())  # a live row's block changes at t
+        ends = block_end
         # the full-depth step zero already predicted step 0 (docs/DESIGN.md "Seer, exactly")
         if t == 0 and step0 is not None:
             x0 = np.where(window, step0[0][:, :width], mask_id)
             conf = np.where(window, step0[1][:, :width], -np.inf)
         else:
-            feeds["gen_ids"] = layout.gen_ids(x, mask_id)
-            boundary = t > 0 and bool((schedule.block_end[live, t] != schedule.block_end[live, t - 1]).any())
+            layout = _reform(layout, live, kv, cost)
+            feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(x, mask_id),
+                     "segment_ids": layout.segment_ids, "position_ids": layout.position_ids}  # fmt: skip
             past, refresh = kv.plan(t, boundary)
             out = backend.run(decoder.graph, {**feeds, **past})
             if refresh:
                 kv.store(t, out)
                 refreshes += live
             x0, conf = decoder(out, layout, t, shape, mask_id)
-        eligible = open_ & live[:, None] & (positions < schedule.block_end[:, t, None])
+        eligible = open_ & live[:, None] & (positions < block_end[:, None])
         conf = np.where(eligible, conf.astype(np.float64), -np.inf)
-        commit = commit_top_k(conf, schedule.transfer[:, t]) & eligible
-        x = np.where(commit, x0, x)
+        x = np.where(commit(rule, conf, eligible, schedule.transfer[:, min(t, schedule.num_steps - 1)]), x0, x)
         if stop_id is not None:
             stop = np.where(x == stop_id, positions, width).min(1)
     return Denoised(x, used, refreshes, tuple(kv.errors))
+
+
+def _reform(layout: Layout, live: np.ndarray, kv: GroupCache, cost: CostModel | None) -> Layout:
+    """The layout of the call to make: the current one, or its live batch entries alone when that pays."""
+    b = layout.gen_shape[0]
+    if b == 1:
+        return layout
+    keep = np.unique(layout.slot[0][live[layout.state[0]]])  # the current call's entries holding a live row
+    k = len(keep)
+    if k == b:
+        return layout
+    seq = layout.segment_ids.shape[1]
+    pays = k <= b // 2 if cost is None else cost(k, seq) < cost(b, seq) * (1 - cost.error)
+    if not pays:
+        return layout
+    selected = layout.select(keep)
+    kv.select(keep, selected)
+    return selected

@@ -106,6 +106,7 @@ class GroupCache:
             ConfigError: a cache policy other than none for a graph exported without the cache (schema 2.0).
         """
         self.config = config
+        self.spec = spec
         self.cached = has_cache(spec)
         if config.mode != "none" and not self.cached:
             raise ConfigError(f"the {spec.name!r} graph of this export takes no prompt K/V cache (exported before "
@@ -126,6 +127,19 @@ class GroupCache:
         self.names = [(past_names(i), present_names(i)) for i in range(layers)]
         b = layout.gen_shape[0]
         self.no_prompt = _frozen(np.zeros((b, 0, layout.prefix_embeds.shape[2]), dtype=layout.prefix_embeds.dtype))
+
+    def select(self, entries: np.ndarray, layout: Layout) -> None:
+        """Keep only batch entries ``entries`` of every snapshot: the group was re-formed to ``layout``."""
+        if not self.cached:
+            return
+        # the weight [1] is batch-free: the same array, so a backend that keeps it on the device does not resend it
+        self.empty = {**no_cache(self.spec, len(entries)), PAST_WEIGHTS.name: self.empty[PAST_WEIGHTS.name]}
+        self.snapshots = [{k: v[entries] for k, v in snap.items()} for snap in self.snapshots]
+        self.history = {k: _frozen(v[:, entries]) for k, v in self.history.items()}
+        self.newest = self.history if len(self.snapshots) == 1 else {k: _frozen(v[:, entries])
+                                                                     for k, v in self.newest.items()}  # fmt: skip
+        self.no_prompt = _frozen(np.zeros((len(entries), 0, layout.prefix_embeds.shape[2]),
+                                          dtype=layout.prefix_embeds.dtype))  # fmt: skip
 
     def plan(self, t: int, boundary: bool) -> tuple[dict[str, np.ndarray], bool]:
         """The cache feeds of step ``t`` (``boundary``: a block starts) and whether it computes the prompt."""

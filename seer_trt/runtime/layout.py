@@ -63,6 +63,16 @@ class Layout:
         out[self.state] = values[self.slot]
         return out
 
+    def select(self, entries: np.ndarray) -> Layout:
+        """The layout of batch entries ``entries`` (sorted) alone: the group re-formed from its live rows. A row
+        keeps its state index, so the loop's state [n, L_max] is untouched; a row left out is simply not fed."""
+        entries = np.asarray(entries, dtype=np.int64)
+        cells = np.isin(self.slot[0], entries)
+        slot = (np.searchsorted(entries, self.slot[0][cells]), self.slot[1][cells])
+        state = (self.state[0][cells], self.state[1][cells])
+        return _frozen(Layout(self.prefix_embeds[entries], self.segment_ids[entries], self.position_ids[entries],
+                              (len(entries), self.gen_shape[1]), state, slot))  # fmt: skip
+
 
 def _frozen(layout: Layout) -> Layout:
     """The layout with its graph inputs read-only: the same array object then means the same values, so a backend

@@ -352,7 +352,8 @@ class SeerPipeline:
             decoder = Greedy() if greedy else Sampled(gen.temperature, gen.remasking, group.seeds[rows])
             part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
             out = denoise(self.backend, layout, schedule.rows(rows), decoder, special.mask_id, part_step0,
-                          special.eot_id if group.early_stop else None, group.cache)  # fmt: skip
+                          special.eot_id if group.early_stop else None, group.cache, gen.rule, gen.block_length,
+                          self.cost)  # fmt: skip
             tokens[rows, : out.tokens.shape[1]] = out.tokens
             used[rows] = out.steps
             refreshes[rows] = out.refreshes

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from seer_trt.contracts.errors import InputError
+from seer_trt.contracts.config import parse_decoding
+from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.contracts.policies import CACHE_MODES, CacheConfig
 from seer_trt.runtime.image import Image
 
@@ -38,16 +39,16 @@ def check_text(name: str, value: Any) -> None:
                          f"is a lone surrogate (invalid UTF-8 or a broken \\u escape); send UTF-8 text") from None  # fmt: skip
 
 
-GENERATION_FIELDS = ("gen_length", "steps", "block_length", "temperature", "remasking")  # overrides of the export's
+GENERATION_FIELDS = ("gen_length", "steps", "block_length", "temperature", "remasking", "decoding")  # the export's
 
 
 def check_settings(gen_length: Any = None, steps: Any = None, block_length: Any = None, temperature: Any = None,
-                   remasking: Any = None) -> None:  # fmt: skip
+                   remasking: Any = None, decoding: Any = None) -> None:  # fmt: skip
     """The types of generation overrides (None: the export's default), so a bad one fails with one line.
 
     Raises:
         InputError: a count that is not a whole number, a temperature that is not a finite number, a remasking
-            that is not text.
+            that is not text, a decoding rule that is not fixed, threshold:TAU or factor:F.
     """
     for name, value in (("gen_length", gen_length), ("steps", steps), ("block_length", block_length)):
         if value is not None and not _is_int(value):
@@ -57,6 +58,11 @@ def check_settings(gen_length: Any = None, steps: Any = None, block_length: Any 
         raise InputError(f"temperature is {t!r}; expected a finite number >= 0 (0: greedy)")
     if remasking is not None and not isinstance(remasking, str):
         raise InputError(f"remasking is {remasking!r}; expected 'low_confidence' or 'random'")
+    if decoding is not None:
+        try:
+            parse_decoding(decoding)
+        except ConfigError as err:
+            raise InputError(str(err)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +76,9 @@ class Request:
     block_length: int | None = None
     temperature: float | None = None  # 0: greedy; > 0: Gumbel sampling from denoise_logits
     remasking: str | None = None  # "low_confidence" | "random"
+    decoding: str | None = (
+        None  # commit rule: "fixed" | "threshold:TAU" | "factor:F" (docs/DESIGN.md "Decoding strategies")
+    )
     seer: bool = True  # False: the padded baseline, every step over all N positions
     early_stop: bool = False  # LLaDA-V's stopping_criteria=['<|eot_id|>']: stop once the answer before it is done
     cache: str | CacheConfig | None = None  # prompt K/V cache: "none" | "reuse" | "forecast" or a whole policy

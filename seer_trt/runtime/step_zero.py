@@ -2,7 +2,7 @@
 
 In:  left-padded prompt embeddings [B, P, D], their validity [B, P], the window N, the calibration.
 Out: ``StepZeroOut``: the profile [B, N] the boundary rule reads, and for a full-depth pass step 0's greedy
-     ``x0`` / ``confidence`` [B, N], which the denoising loop reuses as its own step 0.
+     ``x0`` / ``confidence`` (its log-probability) [B, N], which the denoising loop reuses as its own step 0.
 
 An MLP statistic or a probe at layer k runs the early-exit ``step_zero`` graph (embeddings + layers 0..k); the
 denoising loop then runs step 0 on the truncated window. The end-token signal (``SeerConfig.full_depth``, the
@@ -18,6 +18,7 @@ import numpy as np
 
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.config import SeerConfig
+from seer_trt.contracts.graphs import log_confidence
 from seer_trt.runtime.kv_cache import no_cache
 from seer_trt.runtime.layout import left_pad, window_layout
 
@@ -26,7 +27,7 @@ from seer_trt.runtime.layout import left_pad, window_layout
 class StepZeroOut:
     profile: np.ndarray  # [B, N] float32: the signal the calibration names (sparsity or probe at layer k, or p_end)
     x0: np.ndarray | None  # [B, N] int64: step 0's greedy prediction (full depth only)
-    confidence: np.ndarray | None  # [B, N] float32: its probability (full depth only)
+    confidence: np.ndarray | None  # [B, N] float32: its log-probability (full depth only)
 
 
 def step_zero_graph(seer: SeerConfig) -> str:
@@ -56,7 +57,7 @@ def run_step_zero(backend: Backend, prefix: np.ndarray, valid: np.ndarray, n: in
     graph = step_zero_graph(seer)
     out = backend.run(graph, {**feeds, **no_cache(backend.spec(graph), batch)})  # the full-depth pass: no cache
     if seer.full_depth:
-        return StepZeroOut(out["p_end"].copy(), out["x0"].copy(), out["confidence"].copy())
+        return StepZeroOut(out["p_end"].copy(), out["x0"].copy(), np.array(log_confidence(out), dtype=np.float32))
     profile = out["probe_score"] if seer.signal == "probe" else out["sparsity"]
     return StepZeroOut(profile.copy(), None, None)
 

@@ -36,6 +36,8 @@ REQUEST_INPUTS = (
     TensorConfig("gen_length", "TYPE_INT32", (1,), optional=True),  # answer window N; 0: the export's default
     TensorConfig("steps", "TYPE_INT32", (1,), optional=True),  # denoising steps over N; 0: the default
     TensorConfig("seer", "TYPE_BOOL", (1,), optional=True),  # False: the padded baseline; default True
+    TensorConfig("decoding", "TYPE_STRING", (1,), optional=True),  # fixed | threshold:TAU | factor:F; empty: default
+    TensorConfig("early_stop", "TYPE_BOOL", (1,), optional=True),  # LLaDA-V's stop at <|eot_id|>; default False
 )
 RESPONSE_OUTPUTS = (
     TensorConfig("text", "TYPE_STRING", (1,)),  # the answer, special tokens dropped
@@ -204,7 +206,9 @@ def read_request(pb: Any, request: Any) -> list:
             raise InputError(f"input {name!r} has {len(values)} rows, 'prompt' has {rows}; send one value per row")
         return values
 
-    images, lengths, steps, seer = (column(n) for n in ("image", "gen_length", "steps", "seer"))
+    images, lengths, steps, seer, decodings, stops = (
+        column(n) for n in ("image", "gen_length", "steps", "seer", "decoding", "early_stop")
+    )
     out = []
     for i, prompt in enumerate(prompts):
         where = f"row {i}: " if rows > 1 else ""
@@ -218,6 +222,9 @@ def read_request(pb: Any, request: Any) -> list:
         image = images[i] if images else None
         if image is not None and not isinstance(image, bytes):
             raise InputError(f"{where}image is a {type(image).__name__}; send the encoded PNG/JPEG file as BYTES")
+        decoding = decodings[i] if decodings else None
+        if decoding is not None and not isinstance(decoding, bytes):
+            raise InputError(f"{where}decoding is a {type(decoding).__name__}; send it as BYTES, e.g. b'factor:1'")
         try:
             out.append(
                 Request(
@@ -226,6 +233,8 @@ def read_request(pb: Any, request: Any) -> list:
                     gen_length=int(lengths[i]) if lengths and lengths[i] else None,
                     steps=int(steps[i]) if steps and steps[i] else None,
                     seer=bool(seer[i]) if seer is not None else True,
+                    decoding=decoding.decode("utf-8", "replace") if decoding else None,  # empty: the default
+                    early_stop=bool(stops[i]) if stops is not None else False,
                 )
             )
         except InputError as err:
