@@ -1,7 +1,8 @@
 """``seer-calibrate``: measure step-zero signals on held-out data and choose a model's Seer calibration.
 
-In:  a registered model, held-out task samples (three disjoint seeds: one to fit the probes on, one to choose
-     every detector's settings on, one to report them), the answer windows N.
+In:  a registered model, held-out task samples of the family its config.json names (``task_family``; three
+     disjoint seeds: one to fit the probes on, one to choose every detector's settings on, one to report them),
+     the answer windows N.
 Out: per-layer step-zero profiles around the true answer end (table and PNG); for every layer x signal (the
      paper's |h| < tau_abs statistic, the gate sign, a linear probe on the residual stream, and the full-depth
      end-token probability) the detection quality of its best setting; the chosen calibration, optionally
@@ -350,7 +351,7 @@ def work(args: argparse.Namespace) -> int:
     with torch.no_grad():
         for name, seed in SPLITS.items():
             for n in args.gen_length:
-                samples = [s for s in make_samples(seed, args.n, grid, vision.patch_size)
+                samples = [s for s in make_samples(seed, args.n, grid, vision.patch_size, enc.family)
                            if len(enc.answer_ids(s)) < n]  # fmt: skip
                 print(f"step zero on {len(samples)} {name} samples, N = {n}", file=sys.stderr)
                 split[name][n] = collect(model, enc, samples, n, tau_abs, args.batch, probed)
@@ -358,9 +359,9 @@ def work(args: argparse.Namespace) -> int:
     rows, chosen, ok = calibrate(split["fit"], split["choose"], n_layers, tau_abs, args.max_premature,
                                  args.max_kept, lambda s: print(s, file=sys.stderr), considered)  # fmt: skip
     bar = f"premature <= {100 * args.max_premature:g} %, kept <= {args.max_kept:g}x (true + 1) on every N"
-    summary = {"model": args.model, "chosen": chosen.seer.to_dict(), "chosen_name": chosen.seer.describe(),
-               "meets_bar": ok, "bar": bar, "max_premature": args.max_premature, "max_kept": args.max_kept,
-               "paper": {}, "windows": {}}  # fmt: skip
+    summary = {"model": args.model, "task_family": enc.family, "chosen": chosen.seer.to_dict(),
+               "chosen_name": chosen.seer.describe(), "meets_bar": ok, "bar": bar,
+               "max_premature": args.max_premature, "max_kept": args.max_kept, "paper": {}, "windows": {}}  # fmt: skip
     first = split["report"][args.gen_length[0]]
     print("\nStep-zero profile around the true end (report split, N = "
           f"{args.gen_length[0]}; columns: position - true <|eot_id|>)")  # fmt: skip

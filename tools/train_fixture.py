@@ -1,6 +1,11 @@
 """Train the bundled ``tiny-llada-v`` fixture on the synthetic task, on the CPU, within a time budget.
 
     python tools/train_fixture.py --minutes 60 --out export/fixtures/tiny-llada-v
+    python tools/train_fixture.py --family hard --init export/fixtures/tiny-llada-v --lr 2e-3 --minutes 27 \
+        --threads 1 --gen-length 128 --out export/fixtures/tiny-llada-v-hard  # then seer-calibrate --write
+
+``--family`` picks the task mixture (``seer_trt.eval.tasks.TASK_FAMILIES``); a family other than the default is
+written into config.json (``task_family``), which calibration and evaluation read to draw the same prompts.
 
 LLaDA-V's SFT recipe (docs/DESIGN.md "The fixture model"): per sample a mask ratio t ~ U(eps, 1); each window position (answer,
 ``<|eot_id|>`` and the ``<|endoftext|>`` padding) is masked with probability t; the loss is the cross-entropy
@@ -39,14 +44,14 @@ from safetensors.torch import load_file, save_file
 from seer_export.models.llada_v import LLaDAV, window_layout
 from seer_export.models.registry import FIXTURE_DIR
 from seer_export.reference.fixture import TaskEncoder, build_tokenizer, fixture_config, write_tokenizer
-from seer_trt.eval.tasks import COLORS, make_sample
+from seer_trt.eval.tasks import COLORS, DEFAULT_FAMILY, FAMILY_KEY, TASK_FAMILIES, make_sample
 from seer_trt.runtime.image import pixel_tiles
 
 MAX_WINDOW = 128
 TRAIN_SEED = 1_000_000  # held-out sets use seeds below this
 
 
-def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int):
+def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int, family: str = DEFAULT_FAMILY):
     """Samples, their answer lengths (with ``<|eot_id|>``) and windows, for one batch whose window is drawn per batch.
 
     Half the batches are 64 wide and half 128, the answer windows served. Inside a batch a sample's window is
@@ -58,7 +63,7 @@ def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int):
     full, tight = (0.3, 0.35) if g == 64 else (0.5, 0.2)
     samples, needs, lengths = [], [], []
     while len(samples) < batch:
-        s = make_sample(rng)
+        s = make_sample(rng, family=family)
         need = len(enc.answer_ids(s))
         if need > g:
             continue
@@ -103,6 +108,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--resume", action="store_true", help="start from the weights already in --out (fine-tune)")
+    ap.add_argument("--init", type=Path, help="start from another fixture folder's weights (fine-tune; same config)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--pad-eot",
@@ -124,21 +130,33 @@ def main() -> None:
         help="share of samples masked in the order the sampler commits: padding revealed (as <|eot_id|>) first",
     )
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast for matmuls (fp32 weights and loss)")
+    ap.add_argument("--family", choices=sorted(TASK_FAMILIES), default=DEFAULT_FAMILY,
+                    help=f"task mixture to train on (default {DEFAULT_FAMILY}, the bundled tiny-llada-v's)")  # fmt: skip
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
+    ap.add_argument("--gen-length", type=int, default=64, help="the config's default answer window (default 64)")
     args = ap.parse_args()
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     write_tokenizer(args.out)
-    cfg = fixture_config(build_tokenizer().get_vocab_size())
-    (args.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    cfg = fixture_config(build_tokenizer().get_vocab_size(), args.gen_length)
+    data = cfg.to_dict()
+    if args.family != DEFAULT_FAMILY:  # the default family's config stays as it was before families existed
+        data[FAMILY_KEY] = args.family
+    (args.out / "config.json").write_text(json.dumps(data, indent=2) + "\n")
     enc = TaskEncoder(args.out, cfg)
     model = LLaDAV(cfg)
     for p in model.parameters():  # small init: tiny models train faster from it
         if p.dim() > 1:
             torch.nn.init.normal_(p, std=0.02)
     previous = None
-    if args.resume:
-        model.load_state_dict(load_file(str(args.out / "model.safetensors")))
-        previous = json.loads((args.out / "training.json").read_text())
+    if args.resume or args.init:
+        start_from = args.out if args.resume else args.init
+        model.load_state_dict(load_file(str(start_from / "model.safetensors")))
+        previous = json.loads((start_from / "training.json").read_text())
+        if args.init:
+            previous = {"init": str(args.init), **previous}
     side = cfg.vision.image_size // cfg.vision.patch_size
     aux_head = torch.nn.Linear(cfg.text.hidden_size, 1 + len(COLORS))  # throwaway: never saved
     n_params = sum(p.numel() for p in model.parameters())
@@ -155,7 +173,7 @@ def main() -> None:
         lr = args.lr * min(1.0, frac / 0.03) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
         for group in opt.param_groups:
             group["lr"] = lr
-        samples, needs, lengths, g = draw_batch(rng, enc, args.batch)
+        samples, needs, lengths, g = draw_batch(rng, enc, args.batch, args.family)
         target = torch.tensor([enc.window(s, g) for s in samples])  # [B, G], padded to g with endoftext
         kept = torch.tensor(lengths)
         in_window = torch.arange(g)[None] < kept[:, None]  # [B, G]
@@ -207,7 +225,8 @@ def main() -> None:
             last_save = time.time()
     save(model, args.out, {"previous": previous, "steps": step, "pad_eot": args.pad_eot,
                            "show_pad_eot": args.show_pad_eot, "vision_aux": args.vision_aux, "sampler_order": args.sampler_order, "minutes": (time.time() - start) / 60, "loss_ema": ema,
-                           "batch": args.batch, "lr": args.lr, "parameters": n_params})  # fmt: skip
+                           "batch": args.batch, "lr": args.lr, "parameters": n_params, "family": args.family,
+                           "threads": torch.get_num_threads()})  # fmt: skip
     print(f"done: {step} steps, loss {ema:.4f}", flush=True)
 
 

@@ -3,7 +3,8 @@
 In:  a model name (``--model``) and optionally a checkpoint folder (``--checkpoint DIR``).
 Out: the checkpoint folder (``resolve``) or the loaded ``LLaDAV`` with it (``load``).
 
-A bundled model ships inside the package (the ``tiny-llada-v`` fixture); a downloaded one is found in a folder
+A bundled model ships inside the package (the ``tiny-llada-v`` fixture, and ``tiny-llada-v-hard``, trained on the
+harder ``hard`` task family so that its confidences spread as a real model's do); a downloaded one is found in a folder
 the user names or in the local Hugging Face cache, offline. Later adapters (LaViDa, MMaDA, LLaDA-8B) add
 entries here, not code paths.
 """
@@ -21,6 +22,7 @@ from seer_export.models.loading import SINGLE_FILE, load_model, resolve_checkpoi
 from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-llada-v"  # the bundled fixture
+HARD_FIXTURE_DIR = FIXTURE_DIR.parent / "tiny-llada-v-hard"  # the second one: the "hard" task family
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,12 @@ MODELS = MappingProxyType(
         for e in (
             ModelEntry(
                 "tiny-llada-v", None, FIXTURE_DIR, "1.8M-parameter LLaDA-V trained on the synthetic task (bundled)"
+            ),
+            ModelEntry(
+                "tiny-llada-v-hard",
+                None,
+                HARD_FIXTURE_DIR,
+                "the same architecture trained on the harder task family: spread confidences (bundled)",
             ),
             ModelEntry(
                 "llada-v", "GSAI-ML/LLaDA-V", None, "LLaDA-V 8B; --checkpoint DIR or the local Hugging Face cache"

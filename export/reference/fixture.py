@@ -20,7 +20,8 @@ import torch
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 from seer_export.models.llada_v import LLaDAV, left_pad_prompts
 from seer_trt.contracts.config import GenerationConfig, SpecialTokens
-from seer_trt.eval.tasks import Sample, vocabulary
+from seer_trt.contracts.errors import ConfigError
+from seer_trt.eval.tasks import DEFAULT_FAMILY, FAMILY_KEY, Sample, task_family, vocabulary
 from seer_trt.runtime.image import pixel_tiles
 from seer_trt.runtime.prompt import ChatFormat, ChatTokenizer
 
@@ -63,8 +64,11 @@ def tokenizer_config() -> dict:
     }
 
 
-def fixture_config(vocab_size: int) -> LLaDAVConfig:
-    """LLaDA-V's layout at 1.8M parameters: 8 layers of width 128, a 2-layer SigLIP on 32 px images."""
+def fixture_config(vocab_size: int, gen_length: int = 64) -> LLaDAVConfig:
+    """LLaDA-V's layout at 1.8M parameters: 8 layers of width 128, a 2-layer SigLIP on 32 px images.
+
+    ``gen_length``: the default answer window (and steps, one block) of the config's generation settings.
+    """
     return LLaDAVConfig(
         text=TextConfig(
             vocab_size=vocab_size,
@@ -86,7 +90,7 @@ def fixture_config(vocab_size: int) -> LLaDAVConfig:
             layer_norm_eps=1e-6,
         ),  # fmt: skip
         image_aspect_ratio="pad",
-        generation=GenerationConfig(gen_length=64, steps=64, block_length=64),
+        generation=GenerationConfig(gen_length=gen_length, steps=gen_length, block_length=gen_length),
         system_prompt=None,
     )
 
@@ -95,6 +99,20 @@ def write_tokenizer(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     build_tokenizer().save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
+
+
+def fixture_family(folder: Path) -> str:
+    """The task family the model in ``folder`` was trained on: its config.json's ``task_family``, else the default.
+
+    Raises:
+        ConfigError: the config names a family ``seer_trt.eval.tasks`` does not know.
+    """
+    name = json.loads((Path(folder) / "config.json").read_text()).get(FAMILY_KEY, DEFAULT_FAMILY)
+    try:
+        task_family(name)
+    except ValueError as err:
+        raise ConfigError(f"{Path(folder) / 'config.json'}: {err}") from None
+    return name
 
 
 class TaskEncoder:
@@ -108,6 +126,7 @@ class TaskEncoder:
         self.chat_tokenizer = ChatTokenizer(folder / "tokenizer.json", self.chat)  # as the runtime encodes prompts
         self.special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
         self.cfg = cfg
+        self.family = fixture_family(folder)  # the task family its prompts are drawn from (seer_trt.eval.tasks)
 
     def prompt_ids(self, sample: Sample) -> list[int]:
         return self.chat_tokenizer.encode(sample.question)

@@ -184,7 +184,7 @@ def work(args: argparse.Namespace) -> int:
     enc = TaskEncoder(folder, model.config)
     detectors = detectors_for(model.config.seer, args.detectors)
     lengths = args.gen_length or [model.config.generation.gen_length]
-    report: dict = {"model": args.model, "n": args.n, "seed": args.seed, "detectors": {}}
+    report: dict = {"model": args.model, "task_family": enc.family, "n": args.n, "seed": args.seed, "detectors": {}}
     for name, seer in detectors.items():
         report["detectors"][name] = seer.to_dict()
         print(f"detector {name}: {seer.describe()} [{seer.label}]")
@@ -194,7 +194,8 @@ def work(args: argparse.Namespace) -> int:
             _one_prompt(model, enc, args, gen, detectors)
             continue
         vision = model.config.vision
-        samples = make_samples(args.seed, args.n, vision.image_size // vision.patch_size, vision.patch_size)
+        samples = make_samples(args.seed, args.n, vision.image_size // vision.patch_size, vision.patch_size,
+                               enc.family)  # fmt: skip
         truth = [enc.answer_ids(s)[:-1] for s in samples]
         too_long = sum(len(t) + 1 > n for t in truth)
         if too_long:
