@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import shutil
 import time
@@ -96,8 +97,12 @@ def default_buckets(cfg: LLaDAVConfig) -> LengthBuckets:
     return LengthBuckets.for_model(cfg.generation.gen_length, tiles * per_tile)
 
 
-def model_info(name: str, cfg: LLaDAVConfig) -> ModelInfo:
+def model_info(name: str, cfg: LLaDAVConfig, folder: Path | None = None) -> ModelInfo:
+    """``folder``: the checkpoint, whose config.json may name the synthetic task family a fixture was trained on."""
     t = cfg.text
+    family = None
+    if folder is not None and (folder / "config.json").is_file():
+        family = json.loads((folder / "config.json").read_text()).get("task_family")
     return ModelInfo(
         name=name,
         architecture="llava_llada",
@@ -106,6 +111,7 @@ def model_info(name: str, cfg: LLaDAVConfig) -> ModelInfo:
         num_layers=t.num_hidden_layers,
         num_heads=t.num_attention_heads,
         vocab_size=t.vocab_size,
+        task_family=family,
     )
 
 
@@ -211,7 +217,7 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
                 shutil.copy2(source.folder / file, staging / TOKENIZER_DIR / file)
         manifest = Manifest(
             schema_version=SCHEMA_VERSION,
-            model=model_info(options.model, source.config),
+            model=model_info(options.model, source.config, source.folder),
             vision=vision_info(source.config),
             special_tokens=source.special,
             tokenizer=TOKENIZER_DIR,

@@ -203,7 +203,8 @@ def add_model(ap: argparse.ArgumentParser, default: str = "tiny-llada-v") -> Non
     """Which PyTorch checkpoint: a registry name and, optionally, the folder it is in."""
     g = ap.add_argument_group("model")
     g.add_argument("--model", default=default,
-                   help=f"registered model: tiny-llada-v (the bundled fixture), llada-v (default: {default})")  # fmt: skip
+                   help=f"registered model: tiny-llada-v (the bundled fixture), tiny-llada-v-hard (the bundled fixture "
+                   f"with real-model-like confidences), llada-v (default: {default})")  # fmt: skip
     g.add_argument("--checkpoint", type=Path,
                    help="checkpoint folder (config.json, safetensors, tokenizer); default: the registry's, or the "
                    "local Hugging Face cache")  # fmt: skip

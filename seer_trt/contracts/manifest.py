@@ -18,7 +18,7 @@ exports are refused. 2.1: the window graphs (``denoise``, ``denoise_logits``) ta
 (``past_weights``, ``past_key_values.{i}.key/value``) and return ``present.{i}.key/value``
 (``seer_trt.contracts.graphs.cache_specs``); a 2.0 export runs with cache "none" only. 2.2: the window graphs
 return ``log_confidence`` (the log-probability of ``x0``, fp32 headroom near 1) instead of ``confidence``, and the
-generation defaults gained ``decoding``; a 2.1 export's confidence is read as its log, its decoding as "fixed".
+generation defaults gained ``decoding`` and the model its fixture's ``task_family``; a 2.1 export's confidence is read as its log, its decoding as "fixed".
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class ModelInfo:
     num_layers: int  # decoder layers
     num_heads: int
     vocab_size: int  # V
+    task_family: str | None = None  # a fixture's synthetic task family (seer_trt.eval.tasks); None: the default's
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,7 @@ from seer_trt.contracts.errors import ConfigError, SeerError
 from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_POLICY, CacheConfig
 from seer_trt.eval import cache_fidelity
 from seer_trt.eval.report import git_sha, save_figure
-from seer_trt.eval.tasks import HELD_OUT_SEED, Sample, make_samples, vocabulary
+from seer_trt.eval.tasks import HELD_OUT_SEED, Sample, held_out, vocabulary
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request, Result
 
@@ -50,7 +50,7 @@ CHUNK = 50  # prompts per batch, and per progress line
 
 
 def fixture_samples(pipe: SeerPipeline, n: int, seed: int) -> list[Sample]:
-    """Held-out fixture samples drawn for the export's image geometry.
+    """Held-out samples of the export's fixture task family, drawn for its image geometry.
 
     Raises:
         ConfigError: the export's tokenizer does not know the fixture task's words (not a fixture model).
@@ -63,7 +63,7 @@ def fixture_samples(pipe: SeerPipeline, n: int, seed: int) -> list[Sample]:
             f"{unknown[:5]}); seer-eval measures exports of tiny-llada-v"
         )
     v = pipe.manifest.vision
-    return make_samples(seed, n, v.image_size // v.patch_size, v.patch_size)
+    return held_out(n, seed, pipe.manifest.model.task_family, v.image_size // v.patch_size, v.patch_size)
 
 
 def truth_ids(pipe: SeerPipeline, sample: Sample) -> list[int]:
