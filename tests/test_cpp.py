@@ -2,7 +2,8 @@
 commands (into a cache folder, never the working tree; configuring runs tools/ort_sdk.sh), then the same answer ids,
 L* and steps as ``SeerPipeline`` on 40 held-out fixture prompts (text and image), batch 1 and batched under every
 dispatch policy, for every signal and detector a manifest can name, with and without Seer and early stopping;
-anyres images (a random export: the merge of tile features, crops and bilinear shrinking); seer-prompt-ids ->
+every decoding rule (fixed, threshold, factor; a request's or the manifest's), and a 2.1 export's confidence; anyres
+images (a random export: the merge of tile features, crops and bilinear shrinking); seer-prompt-ids ->
 seer_run equal to seer-run; bad inputs an error, never a crash; four threads on one pipeline.
 
 Both runtimes load the same ONNX Runtime library (the installed wheel's), so the graphs compute the same bits."""
@@ -23,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seer_trt.contracts.config import SeerConfig
-from seer_trt.contracts.errors import ManifestError
+from seer_trt.contracts.config import SeerConfig, canonical_decoding
+from seer_trt.contracts.errors import InputError, ManifestError
 from seer_trt.contracts.policies import POLICIES
 from seer_trt.eval.tasks import make_samples
 from seer_trt.runtime.pipeline import SeerPipeline
@@ -208,6 +209,149 @@ def test_every_signal_and_detector_equals_python(lib, folder, cpp_requests, tmp_
     assert any(r.kept < r.gen_length for r in python)  # the detector cut windows
 
 
+FEW = 6  # a handful of the held-out prompts (three with an image) for the decoding rules' tables of settings
+RULES = ("fixed", "threshold:0.9", "factor:1")
+STEPWISE = (  # rules that commit about one position a step here (the fixture is confident: threshold:0.9 and
+    # factor:1 finish most answers in a step or two), over blocks of 8 or 16: a row's block changes as it fills, the
+    # cache refreshes there, and a group is re-formed from its live rows as they finish
+    {"decoding": "threshold:1"},
+    {"decoding": "factor:0.0001", "block_length": 8, "early_stop": True},
+    {"decoding": "threshold:0.9", "block_length": 8, "seer": False},
+    {"decoding": "factor:1.0", "cache": "reuse", "refresh_interval": 3},  # another spelling of factor:1: one group
+    {"decoding": "threshold:1", "block_length": 16, "seer": False, "early_stop": True, "cache": "forecast",
+     "refresh_interval": 2},
+)  # fmt: skip
+DECODING_SETTINGS = [
+    {"decoding": rule, "early_stop": stop, "seer": seer, "cache": cache} | ({"refresh_interval": 2} if cache != "none" else {})
+    for rule in RULES for stop in (False, True) for seer in (True, False) for cache in ("none", "reuse")
+] + list(STEPWISE)  # fmt: skip
+
+
+def both_runtimes(py, cpp, cpp_requests, settings, policy=None, rows=FEW):
+    """Python's and C++'s results of the first ``rows`` held-out prompts under every setting, in one call each."""
+    python = py.generate([Request(s.question, s.image, **f) for f in settings for s in SAMPLES[:rows]], policy=policy)
+    return python, cpp.generate([{**r, **f} for f in settings for r in cpp_requests[:rows]], policy=policy)
+
+
+@pytest.mark.parametrize("policy", ["cost_model", "hybrid", "naive_pad"])
+def test_decoding_rules_equal_python(cpp, py, cpp_requests, policy):
+    """Every rule, with and without early stop, with Seer and without, under cache none and reuse, all in one call (so
+    requests group by rule), and the stepwise rules: the same answer ids, L*, steps and refreshes as Python.
+
+    Not the stepwise rules of several blocks under cost_model: its plan comes from each runtime's own timings, and
+    with a cache the refresh at one row's block change is its whole group's, so refreshes follow the plan."""
+    settings = [f for f in DECODING_SETTINGS if policy != "cost_model" or "block_length" not in f]
+    python, found = both_runtimes(py, cpp, cpp_requests, settings, policy)
+    assert_same(python, found)
+    steps = {}  # rule -> each row's steps under it
+    for k, f in enumerate(settings):
+        steps.setdefault(f["decoding"], []).extend(r.steps for r in python[k * FEW : (k + 1) * FEW])
+    assert max(steps["threshold:1"]) > 20 and max(steps["fixed"]) == 64  # a step at a time; the schedule's 64
+    assert sum(steps["threshold:0.9"]) < sum(steps["fixed"]) / 4  # the parallel rule took its short cut
+
+
+def legacy_copy(src: Path, dst: Path, seer: SeerConfig | None = None) -> Path:
+    """The export as schema 2.1 wrote it: the window graph returns the probability ``confidence`` (here the exp of
+    this graph's log-probability), the manifest names no decoding; other files linked, weights copied (ONNX Runtime
+    refuses external data that resolves outside the graph's folder)."""
+    import onnx
+
+    dst.mkdir()
+    for path in src.iterdir():
+        if path.name == "weights.data":
+            shutil.copyfile(path, dst / path.name)
+        elif path.name not in ("manifest.json", "denoise.onnx"):
+            (dst / path.name).symlink_to(path)
+    model = onnx.load(src / "denoise.onnx", load_external_data=False)
+    next(o for o in model.graph.output if o.name == "log_confidence").name = "confidence"
+    model.graph.node.append(onnx.helper.make_node("Exp", ["log_confidence"], ["confidence"], name="legacy_confidence"))
+    onnx.save(model, dst / "denoise.onnx")
+    data = json.loads((src / "manifest.json").read_text())
+    data["schema_version"] = "2.1"
+    del data["generation"]["decoding"]
+    for t in data["graphs"]["denoise"]["outputs"]:
+        t["name"] = "confidence" if t["name"] == "log_confidence" else t["name"]
+    if seer is not None:
+        data["seer"] = seer.to_dict()
+    (dst / "manifest.json").write_text(json.dumps(data))
+    return dst
+
+
+@pytest.mark.parametrize("signal", ["probe", "end_token_full_depth"])
+def test_a_schema_2_1_export_logs_its_confidence_as_python(lib, folder, cpp_requests, tmp_path, signal):
+    """A 2.1 window graph returns the probability: both runtimes rank its float32 log (C++ numpy's log, bit for bit),
+    in the loop and in the full-depth step zero; its manifest has no decoding, so the default is fixed."""
+    copy = legacy_copy(folder, tmp_path / "export", SIGNALS["end_token_full_depth"] if signal != "probe" else None)
+    settings = [{}, {"early_stop": True}, {"decoding": "threshold:0.9"}, *STEPWISE[:3]]
+    py = SeerPipeline.from_manifest(copy)
+    assert py.manifest.generation.decoding == "fixed"
+    with CppPipeline(lib, copy, ort_library=ort_library()) as cpp:
+        assert_same(*both_runtimes(py, cpp, cpp_requests, settings, "naive_pad"))
+    py.close()
+
+
+def with_decoding(src: Path, dst: Path, decoding) -> Path:
+    """The export with another generation.decoding in its manifest (the other files linked)."""
+    dst.mkdir(exist_ok=True)
+    for path in src.iterdir():
+        if path.name != "manifest.json" and not (dst / path.name).exists():
+            (dst / path.name).symlink_to(path)
+    data = json.loads((src / "manifest.json").read_text())
+    data["generation"]["decoding"] = decoding
+    (dst / "manifest.json").write_text(json.dumps(data))
+    return dst
+
+
+def test_the_manifest_decoding_is_the_default(lib, folder, cpp_requests, tmp_path):
+    """The export's generation.decoding rules requests that name none; a request's own rule overrides it; a bad one in
+    the manifest is refused at open, as Python refuses it."""
+    copy = with_decoding(folder, tmp_path / "export", "threshold:1")
+    py = SeerPipeline.from_manifest(copy)
+    with CppPipeline(lib, copy, ort_library=ort_library()) as cpp:
+        python, found = both_runtimes(py, cpp, cpp_requests, [{}, {"decoding": "threshold:0.9"}])
+        assert_same(python, found)
+    py.close()
+    assert all(r.steps == r.kept for r in python[:FEW])  # threshold:1: one position a step
+    assert sum(r.steps for r in python[FEW:]) < sum(r.steps for r in python[:FEW]) / 2
+    for value, message in (("threshold:2", "decoding 'threshold:2': the parameter is out of range"),
+                           (3, "decoding is 3; expected 'fixed'")):  # fmt: skip
+        with_decoding(folder, copy, value)
+        with pytest.raises(ManifestError, match=re.escape(message)):
+            SeerPipeline.from_manifest(copy)
+        with pytest.raises(ManifestError, match=re.escape(message)):
+            CppPipeline(lib, copy, ort_library=ort_library())
+
+
+BAD_DECODINGS = ["", "fixed:1", "Fixed", "threshold", "threshold:", "threshold:abc", "threshold:0", "threshold:1.5",
+                 "threshold:nan", "factor:-1", "factor:inf", "factor:1:2", "factor:0x1p0", "factor:1__0", "top_k:3",
+                 "it's", 3, True, [1]]  # fmt: skip
+
+
+def test_a_bad_decoding_fails_its_request_alone(cpp_build, cpp, folder, cpp_requests, tmp_path):
+    """Through the C ABI and through seer_run's JSONL: each bad rule fails its request alone with Python's message,
+    word for word; other spellings of good rules are answered as their canonical one."""
+    messages = []
+    for value in BAD_DECODINGS:
+        with pytest.raises(InputError) as err:
+            Request("count to 7 .", decoding=value)
+        messages.append(str(err.value))
+    good = cpp_requests[0]
+    spellings = [" fixed ", "threshold: 0.9 ", "threshold:9e-1", "factor:1_0", "factor:+1.0", "threshold:.9"]
+    requests = [good, *({**good, "decoding": v} for v in BAD_DECODINGS), *({**good, "decoding": v} for v in spellings)]
+    results = cpp.generate(requests)
+    assert [r["error"] for r in results] == [None, *messages, *[None] * len(spellings)]
+    canonical = cpp.generate([{**good, "decoding": canonical_decoding(v)} for v in spellings])
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731
+    assert strip(results[-len(spellings) :]) == strip(canonical)
+    (tmp_path / "r.jsonl").write_text("\n".join(json.dumps(r) for r in requests) + "\n")
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "r.jsonl",
+                   "--ort-library", ort_library()])  # fmt: skip
+    assert out.returncode == 1 and f"answered, {len(BAD_DECODINGS)} failed" in out.stderr, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["error"] for r in lines] == [None, *(f"line {i + 2}: {m}" for i, m in enumerate(messages)),
+                                           *[None] * len(spellings)]  # fmt: skip
+
+
 def run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
     out = subprocess.run(args, capture_output=True, text=True, timeout=600, **kw)
     assert out.returncode >= 0, f"killed by signal {-out.returncode}: {out.stderr[-2000:]}"  # never a crash
@@ -226,6 +370,7 @@ def test_cli_with_seer_prompt_ids_equals_seer_run(cpp_build, folder, tmp_path):
             line["image"] = str(tmp_path / f"{i}.png")
         line |= {"early_stop": True} if i % 3 == 0 else {}
         line |= {"cache": ["reuse", "forecast"][i % 2], "refresh_interval": 2} if i % 4 == 1 else {}
+        line |= {"decoding": ["threshold:0.9", "factor:1"][i % 2]} if i % 4 >= 2 else {}
         lines.append(json.dumps(line))
     (tmp_path / "requests.jsonl").write_text("\n".join(lines) + "\n")
     out = run_cli([sys.executable, "-m", "seer_trt.cli.prompt_ids", "--engines", folder, "--input", tmp_path / "requests.jsonl",

@@ -3,8 +3,8 @@
 // In:  --engines DIR (a seer-export folder), --input requests.jsonl ('-': stdin), one JSON object per line:
 //      prompt_ids (chat-formatted, -200 where the image goes; seer-prompt-ids prints them), optional image_tiles
 //      (a .npy of float32 [tiles, 3, S, S]; seer-prompt-ids --tiles writes it), image_grid and image_size (anyres),
-//      gen_length, steps, block_length, window, seer, early_stop, cache, refresh_interval, and temperature 0 /
-//      remasking low_confidence / seed as seer-run takes them.
+//      gen_length, steps, block_length, decoding, window, seer, early_stop, cache, refresh_interval, and
+//      temperature 0 / remasking low_confidence / seed as seer-run takes them.
 // Out: one JSON result per line in --output (stdout by default), seer-run's fields (text, token_ids, window, kept,
 //      steps, gen_length, seconds, error, refreshes); seconds also holds "graphs", the time inside ONNX Runtime. Exit status:
 //      0 every request answered, 1 some failed, 2 a bad invocation (one line on stderr).
@@ -24,10 +24,12 @@ const char* const PROG = "seer_run";
 
 const char* const USAGE =
     "usage: seer_run --engines DIR --input FILE.jsonl [--output FILE.jsonl] [--no-seer] [--early-stop]\n"
-    "                [--gen-length N] [--steps N] [--policy NAME] [--provider cpu|cuda|tensorrt] [--device-id N]\n"
-    "                [--threads N] [--cache none|reuse|forecast] [--refresh-interval R] [--forecast-order 1|2]\n"
-    "                [--ort-library PATH]\n"
+    "                [--gen-length N] [--steps N] [--decoding RULE] [--policy NAME] [--provider cpu|cuda|tensorrt]\n"
+    "                [--device-id N] [--threads N] [--cache none|reuse|forecast] [--refresh-interval R]\n"
+    "                [--forecast-order 1|2] [--ort-library PATH]\n"
     "Answer JSONL requests (prompt_ids, image_tiles) with the Seer pipeline over ONNX Runtime; seer-run's fields.\n"
+    "  --decoding     how many positions a step commits: fixed (the schedule's count), threshold:TAU (probability\n"
+    "                 >= TAU, at least one) or factor:F (LLaDA-V's Fast-dLLM rule) (default: the export's)\n"
     "  --policy       cost_model (default), hybrid, naive_pad, static, packed, per_request\n"
     "  --cache        prompt K/V cache: none (the exact loop), reuse (default, R = 8), forecast\n"
     "  --ort-library  libonnxruntime.so to load (default: $SEER_ORT_LIBRARY, else the build's SDK)\n";
@@ -85,6 +87,12 @@ bool flag(const json& v, const char* name) {
   return v.get<bool>();
 }
 
+// A JSON value as Python's repr() shows what json.loads made of it (True, not true); strings never come here.
+std::string python_value(const json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  return v.dump();
+}
+
 seer::Request parse_request(const json& data) {
   if (!data.is_object())
     throw seer::Error(seer::Error::Kind::Input, "a request must be a JSON object with 'prompt_ids', got " +
@@ -124,6 +132,13 @@ seer::Request parse_request(const json& data) {
       if (!v.is_null() && v != "low_confidence")
         throw seer::Error(seer::Error::Kind::Input, "remasking " + v.dump() + ": the C++ runtime remasks by "
                                                     "low_confidence; use seer-run for random remasking");
+    } else if (key == "decoding") {
+      if (v.is_null()) continue;
+      if (!v.is_string())  // Python's message (seer_trt.contracts.config.parse_decoding) for a value of another type
+        throw seer::Error(seer::Error::Kind::Input, "decoding is " + python_value(v) + "; expected " +
+                                                        seer::DECODING_FORMS);
+      r.decoding = v.get<std::string>();
+      seer::canonical_decoding(*r.decoding);  // a bad rule fails its line, as seer-run's request check does
     } else if (key == "cache") {
       if (v.is_null()) continue;
       if (!v.is_string())
@@ -135,9 +150,10 @@ seer::Request parse_request(const json& data) {
       whole(v, "seed");  // greedy decoding draws nothing
     } else {
       throw seer::Error(seer::Error::Kind::Input,
-                        "unknown request key '" + key + "'; expected a subset of block_length, cache, early_stop, "
-                        "gen_length, image_grid, image_size, image_tiles, prompt_ids, refresh_interval, remasking, "
-                        "seed, seer, steps, temperature, window (system and image: encode them with seer-prompt-ids)");
+                        "unknown request key '" + key + "'; expected a subset of block_length, cache, decoding, "
+                        "early_stop, gen_length, image_grid, image_size, image_tiles, prompt_ids, refresh_interval, "
+                        "remasking, seed, seer, steps, temperature, window (system and image: encode them with "
+                        "seer-prompt-ids)");
     }
   }
   return r;
@@ -201,6 +217,7 @@ int run(int argc, char** argv) {
     else if (a == "--early-stop") overrides["early_stop"] = true;
     else if (a == "--gen-length") overrides["gen_length"] = integer();
     else if (a == "--steps") overrides["steps"] = integer();
+    else if (a == "--decoding") overrides["decoding"] = value();
     else throw Usage("unknown argument " + a);
   }
   if (engines.empty() || input.empty()) throw Usage("--engines and --input are required");

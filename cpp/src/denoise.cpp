@@ -4,99 +4,212 @@
 #include <cmath>
 #include <limits>
 
+#include "dispatch.hpp"
+
 namespace seer {
+namespace {
+
+constexpr double NEG_INF = -std::numeric_limits<double>::infinity();
+
+// The group's window graph calls over buffers allocated once: a refresh (the prompt computed, its K/V kept by the
+// cache) or a cached step over the cache's snapshots; bound again when the group is re-formed to fewer entries.
+class WindowCalls {
+ public:
+  WindowCalls(Backend& backend, const Manifest& manifest, Layout& layout, const CacheSpec& spec,
+              const CacheConfig& cache, std::atomic<int64_t>* clock)
+      : gen_ids(layout.batch * layout.answer, manifest.special.mask_id), x0(gen_ids.size()),
+        confidence(gen_ids.size()), kv(cache, spec, manifest.precision, layout), backend_(backend),
+        manifest_(manifest), layout_(layout), clock_(clock),
+        output_(confidence_output(manifest.graph("denoise"))), refresh_(backend.call("denoise", clock)) {
+    bind_refresh();
+  }
+
+  // Step t's prediction into x0 / confidence (a log-probability), after gen_ids was written.
+  void run(int64_t t, bool refresh) {
+    if (refresh) {
+      refresh_.run();
+      kv.store(t);
+    } else {  // only the answer positions, against the cached prompt K/V (the refresh's segment and position ids)
+      GraphCall cached = backend_.call("denoise", clock_);
+      feed(cached, 0);
+      kv.bind_past(cached, t);
+      cached.run();
+    }
+    if (!output_.is_log) log_in_place(confidence.data(), layout_.batch * layout_.answer);  // a 2.1 export
+  }
+
+  // The call of the live rows' batch entries alone when it pays (seer_trt.runtime.denoise._reform).
+  void reform(const std::vector<char>& live, const CostModel* cost) {
+    const int64_t b = layout_.batch, width = layout_.width;
+    if (b == 1) return;
+    std::vector<char> holds(b, 0);  // entries holding a live row's cells
+    for (size_t i = 0; i < live.size(); ++i)
+      if (live[i] && layout_.slot[i * width] >= 0) holds[layout_.slot[i * width] / layout_.answer] = 1;
+    std::vector<int64_t> keep;
+    for (int64_t e = 0; e < b; ++e)
+      if (holds[e]) keep.push_back(e);
+    const int64_t k = static_cast<int64_t>(keep.size()), seq = layout_.prompt + layout_.answer;
+    if (k == b) return;
+    const bool pays = cost ? (*cost)(k, seq) < (*cost)(b, seq) * (1 - cost->error) : k <= b / 2;
+    if (!pays) return;
+    layout_ = select_entries(layout_, keep, manifest_.hidden_size * element_size(manifest_.precision));
+    std::fill(gen_ids.begin(), gen_ids.end(), manifest_.special.mask_id);  // the cells past a row's window
+    kv.select(keep);
+    refresh_ = backend_.call("denoise", clock_);
+    bind_refresh();
+  }
+
+  std::vector<int64_t> gen_ids, x0;  // [b, g] graph buffers, bound once per layout
+  std::vector<float> confidence;     // [b, g] log-probability of x0
+  GroupCache kv;
+
+ private:
+  void bind_refresh() {
+    feed(refresh_, layout_.prompt);
+    kv.bind_refresh(refresh_);  // the call that computes the prompt: an empty cache in, (kept) present K/V out
+  }
+
+  void feed(GraphCall& call, int64_t prompt) {
+    const int64_t b = layout_.batch, g = layout_.answer, seq = layout_.prompt + g;
+    call.input("prefix_embeds", layout_.prefix_embeds.data(), manifest_.precision, {b, prompt, manifest_.hidden_size});
+    call.input("gen_ids", gen_ids.data(), "int64", {b, g});
+    call.input("segment_ids", layout_.segment_ids.data(), "int32", {b, seq});
+    call.input("position_ids", layout_.position_ids.data(), "int64", {b, seq});
+    call.output("x0", x0.data(), "int64", {b, g});
+    call.output(output_.name.c_str(), confidence.data(), "float32", {b, g});
+  }
+
+  Backend& backend_;
+  const Manifest& manifest_;
+  Layout& layout_;
+  std::atomic<int64_t>* clock_;
+  ConfidenceOutput output_;
+  GraphCall refresh_;
+};
+
+// a before b in numpy's stable argsort of -confidence: the higher first, NaN last, ties to the earlier position
+bool ranks_before(const std::vector<double>& conf, int64_t a, int64_t b) {
+  const double ca = conf[a], cb = conf[b];
+  if (std::isnan(ca) || std::isnan(cb)) return std::isnan(ca) ? std::isnan(cb) && a < b : true;
+  return ca > cb || (ca == cb && a < b);
+}
+
+// [width] the log-probability the n-th most confident position needs under factor:f, -inf for n = 1 and where
+// 1 - f / (n + 1) <= 0 (seer_trt.runtime.denoise.factor_bounds)
+std::vector<double> factor_bounds(int64_t width, double factor) {
+  std::vector<double> out(width, NEG_INF);
+  for (int64_t n = 2; n <= width; ++n) {
+    const double bound = 1.0 - factor / (static_cast<double>(n) + 1.0);
+    if (bound > 0) out[n - 1] = std::log(std::max(bound, 1e-300));
+  }
+  return out;
+}
+
+// The positions one row commits (seer_trt.runtime.denoise.commit) into chosen; conf is -inf where not eligible,
+// and ranks run over the whole row as numpy's do. order is scratch of the row's width.
+struct Committer {
+  DecodingRule rule;
+  double log_tau;              // threshold: log τ
+  std::vector<double> bounds;  // factor: by rank
+  std::vector<int64_t> order;
+
+  Committer(const DecodingRule& r, int64_t width)
+      : rule(r), log_tau(r.name == "threshold" ? std::log(r.value) : 0.0),
+        bounds(r.name == "factor" ? factor_bounds(width, r.value) : std::vector<double>{}), order(width) {}
+
+  void operator()(const std::vector<double>& conf, const std::vector<char>& eligible, int64_t transfer,
+                  std::vector<char>& chosen) {
+    const int64_t width = static_cast<int64_t>(conf.size());
+    std::fill(chosen.begin(), chosen.end(), 0);
+    auto before = [&](int64_t a, int64_t b) { return ranks_before(conf, a, b); };
+    for (int64_t j = 0; j < width; ++j) order[j] = j;
+    if (rule.name == "threshold") {
+      int64_t top = 0;
+      for (int64_t j = 1; j < width; ++j) top = before(j, top) ? j : top;
+      for (int64_t j = 0; j < width; ++j) chosen[j] = eligible[j] && (conf[j] >= log_tau || j == top);
+      return;
+    }
+    int64_t take = std::min(transfer, width);
+    if (rule.name == "factor") {
+      std::sort(order.begin(), order.end(), before);
+      int64_t run = 0;  // the run of passing positions from the top
+      while (run < width && eligible[order[run]] && conf[order[run]] >= bounds[run]) ++run;
+      take = std::max<int64_t>(run, 1);
+    } else if (take > 0) {
+      std::partial_sort(order.begin(), order.begin() + take, order.end(), before);
+    }
+    for (int64_t c = 0; c < take; ++c) chosen[order[c]] = eligible[order[c]];
+  }
+};
+
+}  // namespace
 
 Denoised denoise(Backend& backend, const Manifest& manifest, Layout& layout, const Schedule& schedule,
                  const std::vector<int64_t>& rows, const std::optional<StepZeroPrediction>& step0,
-                 std::optional<int64_t> stop_id, std::atomic<int64_t>* clock, const CacheSpec& cache_spec,
-                 const CacheConfig& cache) {
+                 const LoopSettings& loop, std::atomic<int64_t>* clock, const CacheSpec& cache_spec) {
   const int64_t n = static_cast<int64_t>(rows.size()), width = layout.width, mask = manifest.special.mask_id;
-  int64_t num_steps = 0;
-  for (int64_t r : rows) num_steps = std::max(num_steps, schedule.steps[r]);
-  const int64_t cells = layout.batch * layout.answer, seq = layout.prompt + layout.answer;
-  std::vector<int64_t> gen_ids(cells, mask), x0(cells);  // graph buffers, bound once
-  std::vector<float> confidence(cells);
-  const std::string& fdtype = manifest.precision;
-  GraphCall call = backend.call("denoise", clock);
-  call.input("prefix_embeds", layout.prefix_embeds.data(), fdtype, {layout.batch, layout.prompt, manifest.hidden_size});
-  call.input("gen_ids", gen_ids.data(), "int64", {layout.batch, layout.answer});
-  call.input("segment_ids", layout.segment_ids.data(), "int32", {layout.batch, seq});
-  call.input("position_ids", layout.position_ids.data(), "int64", {layout.batch, seq});
-  call.output("x0", x0.data(), "int64", {layout.batch, layout.answer});
-  call.output("confidence", confidence.data(), "float32", {layout.batch, layout.answer});
-  GroupCache kv(cache, cache_spec, fdtype, layout);
-  kv.bind_refresh(call);  // the call that computes the prompt: an empty cache in, (kept) present K/V out
+  const bool fixed = loop.rule.fixed();
+  const int64_t block = loop.block_length > 0 ? loop.block_length : width, total = schedule.num_steps;
+  std::vector<int64_t> cap(n);  // steps a row may take: its schedule's, or its window (a dynamic step commits one)
+  int64_t horizon = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cap[i] = fixed ? schedule.steps[rows[i]] : schedule.kept[rows[i]];
+    horizon = std::max(horizon, cap[i]);
+  }
+  WindowCalls calls(backend, manifest, layout, cache_spec, loop.cache, clock);
+  Committer commit(loop.rule, width);
 
   Denoised out{std::vector<int64_t>(n * width, mask), std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0), width};
   std::vector<int64_t>& x = out.tokens;
-  std::vector<int64_t> stop(n, width);       // first committed stop id per row (width: none)
-  std::vector<int64_t> candidates(width);    // eligible positions of one row, reused
-  std::vector<char> open(n * width);         // positions a row may still commit
-  std::vector<char> live(n);
-  for (int64_t t = 0; t < num_steps; ++t) {
-    bool any = false;
+  std::vector<int64_t> stop(n, width);          // first committed stop id per row (width: none)
+  std::vector<int64_t> ends(n, 0), block_end(n);  // each row's block end at the previous step, and at this one
+  std::vector<char> open(n * width), live(n), eligible(width), chosen(width);
+  std::vector<double> conf(width);
+  for (int64_t t = 0; t < horizon; ++t) {
+    bool any = false, boundary = false;  // boundary: a live row's block changes at t (the cache refreshes there)
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = rows[i];
-      bool row_open = false;
+      int64_t first = -1;  // the row's first position still to commit
       for (int64_t j = 0; j < width; ++j) {
         const bool o = x[i * width + j] == mask && j < schedule.kept[r] && j < stop[i];
         open[i * width + j] = o;
-        row_open |= o;
+        if (o && first < 0) first = j;
       }
-      live[i] = row_open && t < schedule.steps[r];
+      live[i] = first >= 0 && t < cap[i];
       out.steps[i] += live[i];
       any |= live[i];
+      block_end[i] = fixed ? schedule.block_end[r * total + t]
+                           : std::min(schedule.kept[r], (std::max<int64_t>(first, 0) / block + 1) * block);
+      boundary |= t > 0 && live[i] && block_end[i] != ends[i];
     }
     if (!any) break;
+    ends = block_end;
     const bool reuse = t == 0 && step0.has_value();  // the full-depth step zero already predicted step 0
     if (!reuse) {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < width; ++j)
-          if (layout.slot[i * width + j] >= 0) gen_ids[layout.slot[i * width + j]] = x[i * width + j];
-      bool boundary = false;  // a live row's block changes at t: the cache is refreshed there
-      for (int64_t i = 0; i < n && t > 0; ++i) {
-        const int64_t* ends = schedule.block_end.data() + rows[i] * schedule.num_steps;
-        boundary |= live[i] && ends[t] != ends[t - 1];
-      }
-      if (kv.refresh_due(t, boundary)) {
-        call.run();
-        kv.store(t);
+      calls.reform(live, loop.cost);
+      for (int64_t c = 0; c < n * width; ++c)
+        if (layout.slot[c] >= 0) calls.gen_ids[layout.slot[c]] = x[c];
+      const bool refresh = calls.kv.refresh_due(t, boundary);
+      calls.run(t, refresh);
+      if (refresh)
         for (int64_t i = 0; i < n; ++i) out.refreshes[i] += live[i];
-      } else {  // only the answer positions, against the cached prompt K/V (the refresh's segment and position ids)
-        GraphCall cached = backend.call("denoise", clock);
-        cached.input("prefix_embeds", layout.prefix_embeds.data(), fdtype, {layout.batch, 0, manifest.hidden_size});
-        cached.input("gen_ids", gen_ids.data(), "int64", {layout.batch, layout.answer});
-        cached.input("segment_ids", layout.segment_ids.data(), "int32", {layout.batch, seq});
-        cached.input("position_ids", layout.position_ids.data(), "int64", {layout.batch, seq});
-        kv.bind_past(cached, t);
-        cached.output("x0", x0.data(), "int64", {layout.batch, layout.answer});
-        cached.output("confidence", confidence.data(), "float32", {layout.batch, layout.answer});
-        cached.run();
-      }
     }
     for (int64_t i = 0; i < n; ++i) {
       if (!live[i]) continue;
-      const int64_t r = rows[i], k = schedule.transfer[r * schedule.num_steps + t];
-      const int64_t end = std::min(width, schedule.block_end[r * schedule.num_steps + t]);
-      const int64_t* pred = reuse ? step0->x0 + i * step0->stride : nullptr;
-      const float* conf = reuse ? step0->confidence + i * step0->stride : nullptr;
-      auto x0_at = [&](int64_t j) { return reuse ? pred[j] : x0[layout.slot[i * width + j]]; };
-      auto conf_at = [&](int64_t j) { return reuse ? conf[j] : confidence[layout.slot[i * width + j]]; };
-      int64_t count = 0;
-      for (int64_t j = 0; j < end; ++j)
-        if (open[i * width + j]) candidates[count++] = j;
-      const int64_t take = std::min(k, count);
-      // the k most confident, ties to the earlier position (a stable argsort of -confidence)
-      auto before = [&](int64_t a, int64_t b) {  // NaN sorts last, as in numpy
-        const float ca = std::isnan(conf_at(a)) ? -std::numeric_limits<float>::infinity() : conf_at(a);
-        const float cb = std::isnan(conf_at(b)) ? -std::numeric_limits<float>::infinity() : conf_at(b);
-        return ca > cb || (ca == cb && a < b);
-      };
-      if (take < count) std::nth_element(candidates.begin(), candidates.begin() + take, candidates.begin() + count, before);
-      for (int64_t c = 0; c < take; ++c) x[i * width + candidates[c]] = x0_at(candidates[c]);
-      if (stop_id)
+      const int64_t* slot = layout.slot.data() + i * width;
+      for (int64_t j = 0; j < width; ++j) {
+        eligible[j] = open[i * width + j] && j < block_end[i];
+        const double c = !eligible[j] ? NEG_INF
+                         : reuse      ? static_cast<double>(step0->confidence[i * step0->stride + j])
+                                      : static_cast<double>(calls.confidence[slot[j]]);
+        conf[j] = c;
+      }
+      commit(conf, eligible, fixed ? schedule.transfer[rows[i] * total + t] : 0, chosen);
+      for (int64_t j = 0; j < width; ++j)
+        if (chosen[j]) x[i * width + j] = reuse ? step0->x0[i * step0->stride + j] : calls.x0[slot[j]];
+      if (loop.stop_id)
         for (int64_t j = 0; j < width; ++j)
-          if (x[i * width + j] == *stop_id) {
+          if (x[i * width + j] == *loop.stop_id) {
             stop[i] = j;
             break;
           }

@@ -1,15 +1,25 @@
-// The one denoising loop, greedy, for any group of rows in any layout (seer_trt/runtime/denoise.py, docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch", "Seer, exactly").
+// The one denoising loop, greedy, for any group of rows in any layout (seer_trt/runtime/denoise.py, docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch", "Seer, exactly", "Decoding strategies").
 //
-// In:  a group's Layout, its rows' Schedule, the backend's denoise graph; optionally step 0's prediction from a
-//      full-depth step-zero pass; optionally the early-stop id.
+// In:  a group's Layout, its rows' Schedule, the backend's denoise graph, the loop's settings (decoding rule, early
+//      stop id, prompt K/V cache policy); optionally step 0's prediction from a full-depth step-zero pass.
 // Out: the answer tokens [n, L_max] and the steps each row took part in.
-// Per step (LLaDA-V generate_with_embeds): the graph predicts x0 and its confidence at every position (special
-// ids suppressed in the graph); positions past the row's block are not eligible; each row commits its transfer[t]
-// most confident eligible positions (ties to the earlier position). With early stopping a row that has
-// committed <|eot_id|> commits only before its first one and is done when nothing before it is masked. The
-// buffers of a group are allocated once; a step rewrites gen_ids in place and calls the graph. With a prompt
-// K/V cache (kv_cache.hpp) a step either computes the prompt (a refresh) or only the answer positions against
-// the cached prompt K/V; the policy decides per step, the loop is the same.
+// Per step (LLaDA-V generate_with_embeds): the graph predicts x0 and its log-probability at every position (special
+// ids suppressed in the graph; a 2.1 export's probability is logged here, as numpy does); positions past the row's
+// block are not eligible; then the rule commits, comparing float64 log-probabilities:
+//
+//     fixed        the row's transfer[t] most confident eligible positions (ties to the earlier position)
+//     threshold:τ  every eligible position with log-probability >= log τ, and the row's most confident one
+//     factor:f     the n most confident while the k-th (k <= n) has log-probability >= log(1 - f / (k + 1)), >= 1
+//
+// Under fixed the block comes from the schedule; under threshold and factor a row's block is the one of its first
+// position still to commit, and a row may take as many steps as its window has positions. With early stopping a
+// row that has committed <|eot_id|> commits only before its first one and is done when nothing before it is
+// masked. The buffers of a group are allocated once; a step rewrites gen_ids in place and calls the graph. Once
+// rows are done the group is re-formed from the live rows' batch entries when that pays (the cost model's
+// prediction beats its own error, or without one at most half the entries are live); a row computes the same
+// values whatever shares its call, so no token changes. With a prompt K/V cache (kv_cache.hpp) a step either
+// computes the prompt (a refresh) or only the answer positions against the cached prompt K/V; the policy decides
+// per step, the loop is the same.
 #pragma once
 
 #include <atomic>
@@ -24,10 +34,20 @@
 
 namespace seer {
 
+struct CostModel;
+
 struct StepZeroPrediction {
   const int64_t* x0;        // [rows, stride] step 0's greedy ids of each group row
-  const float* confidence;  // [rows, stride]
+  const float* confidence;  // [rows, stride] their log-probabilities
   int64_t stride;           // N
+};
+
+struct LoopSettings {
+  DecodingRule rule;                // fixed | threshold | factor (GenerationConfig::rule)
+  int64_t block_length = 0;         // the blocks of threshold and factor (0: one block per window)
+  std::optional<int64_t> stop_id;   // early stopping at this id (<|eot_id|>); none: until the windows are committed
+  CacheConfig cache;                // the prompt K/V cache policy (none: every step computes the prompt)
+  const CostModel* cost = nullptr;  // decides when the group is re-formed from its live rows (none: at half)
 };
 
 struct Denoised {
@@ -39,7 +59,6 @@ struct Denoised {
 
 Denoised denoise(Backend& backend, const Manifest& manifest, Layout& layout, const Schedule& schedule,
                  const std::vector<int64_t>& rows, const std::optional<StepZeroPrediction>& step0,
-                 std::optional<int64_t> stop_id, std::atomic<int64_t>* clock, const CacheSpec& cache_spec,
-                 const CacheConfig& cache = {});
+                 const LoopSettings& loop, std::atomic<int64_t>* clock, const CacheSpec& cache_spec);
 
 }  // namespace seer

@@ -151,4 +151,18 @@ void GroupCache::store(int64_t t) {
   next_refresh_ = t + config_.refresh;
 }
 
+void GroupCache::select(const std::vector<int64_t>& entries) {
+  const int64_t k = static_cast<int64_t>(entries.size());
+  if (spec_.enabled && config_.mode != "none") {
+    const size_t entry = slot_bytes_ / static_cast<size_t>(batch_), slot = entry * k;
+    // in place, front to back: an entry only moves towards the start, past what is already moved
+    for (auto& h : history_)
+      for (size_t s = 0; s < steps_.size(); ++s)
+        for (int64_t e = 0; e < k; ++e)
+          std::memmove(h.data() + s * slot + e * entry, h.data() + s * slot_bytes_ + entries[e] * entry, entry);
+    slot_bytes_ = slot;
+  }
+  batch_ = k;
+}
+
 }  // namespace seer

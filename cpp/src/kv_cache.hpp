@@ -70,6 +70,9 @@ class GroupCache {
   bool refresh_due(int64_t t, bool boundary) const;
   void bind_past(GraphCall& call, int64_t t);  // past_weights and past_key_values of a cached step t
   void store(int64_t t);                       // after a refresh at step t: its present K/V become the newest snapshot
+  // The group was re-formed to batch entries `entries` (ascending): every snapshot keeps only theirs; bind the
+  // refresh call again (bind_refresh) for the smaller batch.
+  void select(const std::vector<int64_t>& entries);
 
  private:
   CacheConfig config_;

@@ -59,4 +59,27 @@ Layout packed_layout(const std::vector<Prompt>& prompts, const std::vector<int64
   return l;
 }
 
+Layout select_entries(const Layout& l, const std::vector<int64_t>& entries, size_t row_bytes) {
+  Layout out;
+  const int64_t k = static_cast<int64_t>(entries.size()), seq = l.prompt + l.answer;
+  out.batch = k, out.prompt = l.prompt, out.answer = l.answer, out.width = l.width;
+  out.prefix_embeds.resize(k * l.prompt * row_bytes);
+  out.segment_ids.resize(k * seq);
+  out.position_ids.resize(k * seq);
+  std::vector<int64_t> renumbered(l.batch, -1);  // old entry -> new entry, -1 when left out
+  for (int64_t e = 0; e < k; ++e) {
+    const int64_t from = entries[e];
+    renumbered[from] = e;
+    std::memcpy(out.prefix_embeds.data() + e * l.prompt * row_bytes, l.prefix_embeds.data() + from * l.prompt * row_bytes,
+                l.prompt * row_bytes);
+    std::copy_n(l.segment_ids.begin() + from * seq, seq, out.segment_ids.begin() + e * seq);
+    std::copy_n(l.position_ids.begin() + from * seq, seq, out.position_ids.begin() + e * seq);
+  }
+  out.slot.assign(l.slot.size(), -1);
+  for (size_t c = 0; c < l.slot.size(); ++c)
+    if (l.slot[c] >= 0 && renumbered[l.slot[c] / l.answer] >= 0)
+      out.slot[c] = renumbered[l.slot[c] / l.answer] * l.answer + l.slot[c] % l.answer;
+  return out;
+}
+
 }  // namespace seer

@@ -36,5 +36,8 @@ Layout padded_layout(const std::vector<Prompt>& prompts, const std::vector<int64
                      int64_t gen_len, size_t row_bytes);
 // Every row in one sequence: all prompts, then all windows; segment i + 1 is row i.
 Layout packed_layout(const std::vector<Prompt>& prompts, const std::vector<int64_t>& kept, size_t row_bytes);
+// Batch entries `entries` (ascending) of l alone: the group re-formed from its live rows (Layout.select). A row
+// keeps its index, so the loop's state is untouched; a row in no kept entry has no cells (slot -1) and is not fed.
+Layout select_entries(const Layout& l, const std::vector<int64_t>& entries, size_t row_bytes);
 
 }  // namespace seer

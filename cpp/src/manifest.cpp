@@ -1,7 +1,12 @@
 #include "manifest.hpp"
 
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <tuple>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -57,7 +62,150 @@ TensorSpec tensor(const json& t, const std::string& where) {
   return spec;
 }
 
+bool python_space(char c) { return std::strchr(" \t\n\v\f\r\x1c\x1d\x1e\x1f", c) && c != '\0'; }
+
+std::string strip(const std::string& text) {  // str.strip() on the ASCII whitespace str.isspace() names
+  size_t begin = 0, end = text.size();
+  while (begin < end && python_space(text[begin])) ++begin;
+  while (end > begin && python_space(text[end - 1])) --end;
+  return text.substr(begin, end - begin);
+}
+
+// Python's float(text): its grammar ([sign] digits with single underscores between them, an optional point and
+// exponent; or inf, infinity, nan in any case), surrounding whitespace allowed. False when float() would raise.
+bool python_float(const std::string& text, double& value) {
+  const std::string t = strip(text);
+  size_t i = 0;
+  const bool negative = i < t.size() && t[i] == '-';
+  if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+  std::string lower;
+  for (size_t k = i; k < t.size(); ++k) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(t[k])));
+  if (lower == "inf" || lower == "infinity" || lower == "nan") {
+    value = lower == "nan" ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    if (negative) value = -value;
+    return true;
+  }
+  std::string plain = t.substr(0, i);  // the number without its underscores, for strtod
+  auto digits = [&]() {                 // digit (["_"] digit)*: how many digits were read
+    size_t count = 0;
+    while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) {
+      plain += t[i++], ++count;
+      if (i + 1 < t.size() && t[i] == '_' && std::isdigit(static_cast<unsigned char>(t[i + 1]))) ++i;
+    }
+    return count;
+  };
+  size_t mantissa = digits();
+  if (i < t.size() && t[i] == '.') plain += t[i++], mantissa += digits();
+  if (!mantissa) return false;
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    plain += t[i++];
+    if (i < t.size() && (t[i] == '+' || t[i] == '-')) plain += t[i++];
+    if (!digits()) return false;
+  }
+  if (i != t.size()) return false;
+  value = std::strtod(plain.c_str(), nullptr);  // correctly rounded, as float(); overflow gives inf, as float()
+  return true;
+}
+
 }  // namespace
+
+std::string python_repr(const std::string& text) {
+  const char quote = text.find('\'') != std::string::npos && text.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, quote);
+  for (size_t k = 0; k < text.size(); ++k) {
+    const unsigned char c = static_cast<unsigned char>(text[k]);
+    const unsigned char next = k + 1 < text.size() ? static_cast<unsigned char>(text[k + 1]) : 0;
+    char hex[8];
+    if (c == '\\' || c == quote) out += '\\', out += static_cast<char>(c);
+    else if (c == '\t') out += "\\t";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7f) std::snprintf(hex, sizeof hex, "\\x%02x", c), out += hex;
+    else if (c == 0xc2 && next >= 0x80 && next <= 0xa0)  // U+0080..U+00A0: not printable, \xNN in a repr
+      std::snprintf(hex, sizeof hex, "\\x%02x", next), out += hex, ++k;
+    else out += static_cast<char>(c);
+  }
+  return out + quote;
+}
+
+DecodingRule parse_decoding(const std::string& text) {
+  const std::string forms = DECODING_FORMS, t = strip(text);
+  const size_t colon = t.find(':');
+  const std::string name = t.substr(0, colon), raw = colon == std::string::npos ? "" : t.substr(colon + 1);
+  if (name == "fixed" && colon == std::string::npos) return {};
+  if ((name != "threshold" && name != "factor") || colon == std::string::npos)
+    throw config_error("decoding " + python_repr(text) + " is not one of " + forms);
+  double value = 0;
+  if (!python_float(raw, value))
+    throw config_error("decoding " + python_repr(text) + ": " + python_repr(raw) + " is not a number; expected " +
+                       forms);
+  if (!std::isfinite(value) || value <= 0 || (name == "threshold" && value > 1))
+    throw config_error("decoding " + python_repr(text) + ": the parameter is out of range; expected " + forms);
+  return {name, value};
+}
+
+std::string canonical_decoding(const std::string& text) {
+  const DecodingRule rule = parse_decoding(text);
+  if (rule.fixed()) return rule.name;
+  char value[64];
+  std::snprintf(value, sizeof value, "%g", rule.value);  // Python's f"{value:g}": 6 significant digits
+  return rule.name + ":" + value;
+}
+
+ConfidenceOutput confidence_output(const GraphEntry& window) {
+  if (window.output("log_confidence")) return {"log_confidence", true};
+  if (window.output("confidence")) return {"confidence", false};
+  throw manifest_error("graph '" + window.name + "' returns neither log_confidence (schema 2.2) nor confidence " +
+                       "(2.1); re-export with seer-export");
+}
+
+namespace {
+
+// numpy's float32 log on x86-64 with AVX2 + FMA or AVX-512 (simd_log_FLOAT in numpy/_core/src/umath/
+// loops_exponent_log.dispatch.c.src), one lane at a time: the mantissa m in [0.5, 1) and exponent k of x, m doubled
+// below sqrt(1/2), then log(1 + (m - 1)) as a ratio of two degree-5 polynomials in fused multiply-adds, plus k ln 2.
+// Equal to np.log on every float32 in [0, 1] and at inf, NaN and negatives (checked on numpy 2.4, AVX2).
+float numpy_simd_logf(float in) {
+  auto bits = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; };
+  auto from = [](uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+  if (std::isnan(in)) return std::numeric_limits<float>::quiet_NaN();
+  if (in < 0.0f) return -std::numeric_limits<float>::quiet_NaN();
+  if (in == 0.0f) return -std::numeric_limits<float>::infinity();
+  if (std::isinf(in)) return in;
+  const bool denormal = in < FLT_MIN;
+  const float x_in = denormal ? in * from(0x71800000u) : in;  // * 2^100, exact
+  float exponent = static_cast<float>(static_cast<int32_t>(bits(x_in) >> 23) - 0x7E) - (denormal ? 100.0f : 0.0f);
+  float x = from((bits(x_in) & 0x7fffffu) | (126u << 23));
+  if (x <= 0.707106781186547524400844362104849039F) x = x + x, exponent = exponent - 1.0f;
+  x = x - 1.0f;
+  float num = std::fma(2.589979117907922693523e-02f, x, 3.808837741388407920751e-01f);
+  num = std::fma(num, x, 1.480000633576506585156e+00f);
+  num = std::fma(num, x, 2.112677543073053063722e+00f);
+  num = std::fma(num, x, 9.999999999999998702752e-01f);
+  num = std::fma(num, x, 0.0f);
+  float den = std::fma(5.875095403124574342950e-03f, x, 1.546476374983906719538e-01f);
+  den = std::fma(den, x, 9.864942958519418960339e-01f);
+  den = std::fma(den, x, 2.453006071784736363091e+00f);
+  den = std::fma(den, x, 2.612677543073109236779e+00f);
+  den = std::fma(den, x, 1.0f);
+  return std::fma(exponent, 0.693147180559945309417232121458176568F, num / den);
+}
+
+bool numpy_uses_simd_log() {  // numpy's dispatch: its AVX2 + FMA3 or AVX-512F kernel where the CPU has one
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) || __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void log_in_place(float* values, size_t count) {
+  static const bool simd = numpy_uses_simd_log();
+  for (size_t k = 0; k < count; ++k) values[k] = simd ? numpy_simd_logf(values[k]) : std::log(values[k]);
+}
 
 const TensorSpec* GraphEntry::output(const std::string& n) const {
   for (const auto& t : outputs)
@@ -78,8 +226,8 @@ void GenerationConfig::validate() const {
 }
 
 bool GenerationConfig::operator<(const GenerationConfig& o) const {
-  return std::tie(gen_length, steps, block_length, temperature, remasking) <
-         std::tie(o.gen_length, o.steps, o.block_length, o.temperature, o.remasking);
+  return std::tie(gen_length, steps, block_length, temperature, remasking, decoding) <
+         std::tie(o.gen_length, o.steps, o.block_length, o.temperature, o.remasking, o.decoding);
 }
 
 bool GenerationConfig::operator==(const GenerationConfig& o) const { return !(*this < o) && !(o < *this); }
@@ -174,7 +322,11 @@ Manifest Manifest::read(const std::string& folder) {
   m.generation = {get<int64_t>(gen, "gen_length", wg), get<int64_t>(gen, "steps", wg),
                   get<int64_t>(gen, "block_length", wg), get_or<double>(gen, "temperature", 0.0, wg),
                   get_or<std::string>(gen, "remasking", "low_confidence", wg)};
-  try {
+  try {  // a 2.1 export names no decoding: the fixed loop, as Python reads it
+    if (gen.contains("decoding") && !gen["decoding"].is_string())
+      throw config_error("decoding is " + (gen["decoding"].is_null() ? "None" : gen["decoding"].dump()) +
+                         "; expected " + DECODING_FORMS);
+    m.generation.decoding = canonical_decoding(get_or<std::string>(gen, "decoding", "fixed", wg));
     m.generation.validate();
   } catch (const Error& err) {
     throw manifest_error(path + ": " + err.what());

@@ -1,8 +1,9 @@
 // manifest.json of an export folder (seer_trt/contracts/manifest.py, docs/DESIGN.md "Graphs and their contract"): what the runtime needs of it.
 //
 // In:  the folder's manifest.json (schema 2.x; another major version is refused with the fix).
-// Out: Manifest: model dims, vision settings, special ids, Seer calibration, generation defaults, graphs with
-//      their inputs and outputs, length buckets, the shared weights file.
+// Out: Manifest: model dims, vision settings, special ids, Seer calibration, generation defaults (the decoding rule
+//      included: "fixed" before schema 2.2), graphs with their inputs and outputs, length buckets, the shared weights
+//      file; and the window graph's confidence output (log_confidence, or a 2.1 export's confidence and its log).
 #pragma once
 
 #include <cstdint>
@@ -50,15 +51,45 @@ struct SeerConfig {
   bool full_depth() const { return signal == "end_token_prob"; }
 };
 
+// A decoding rule (seer_trt.contracts.config.parse_decoding, docs/DESIGN.md "Decoding strategies"): how many
+// positions a denoising step commits.
+struct DecodingRule {
+  std::string name = "fixed";  // fixed (the schedule's count) | threshold (probability >= tau) | factor
+  double value = 0;            // tau of threshold (0 < tau <= 1), f of factor (f > 0); 0 for fixed
+  bool fixed() const { return name == "fixed"; }
+};
+
+// "fixed", "threshold:TAU" or "factor:F" as a rule; config_error with seer::DECODING_FORMS for anything else, the
+// message word for word Python's. canonical_decoding (seer/seer.hpp) writes a rule as Python's "{name}:{value:g}";
+// the rule a group runs is that spelling parsed again, as in Python.
+DecodingRule parse_decoding(const std::string& text);
+// Python's repr() of a str: the decoding error messages quote the value as Python does.
+std::string python_repr(const std::string& text);
+
 struct GenerationConfig {
   int64_t gen_length = 128, steps = 128, block_length = 128;
   double temperature = 0.0;
   std::string remasking = "low_confidence";
+  std::string decoding = "fixed";  // canonical_decoding's spelling
   int64_t num_blocks() const { return gen_length / block_length; }
+  DecodingRule rule() const { return parse_decoding(decoding); }
   void validate() const;  // seer_trt.contracts.config.GenerationConfig.__post_init__; throws config_error
   bool operator<(const GenerationConfig& o) const;
   bool operator==(const GenerationConfig& o) const;
 };
+
+// The window graph's output the loop ranks, and whether it is already a log-probability: "log_confidence" (schema
+// 2.2), else a 2.1 export's "confidence", whose log the runtime takes (seer_trt.contracts.graphs.log_confidence).
+struct ConfidenceOutput {
+  std::string name;
+  bool is_log = true;
+};
+ConfidenceOutput confidence_output(const GraphEntry& window);  // manifest_error when the graph has neither
+
+// The natural log of float32 probabilities in place, bit for bit numpy's np.log on a float32 array (log(0) = -inf):
+// on x86-64 with AVX2 and FMA (or AVX-512) numpy's own vectorised log, which differs from libm's logf in the last
+// bit on about 9% of inputs; elsewhere libm's logf, which numpy calls there.
+void log_in_place(float* values, size_t count);
 
 struct SpecialTokens {
   int64_t mask_id, endoftext_id, startoftext_id, eot_id, start_header_id, end_header_id;

@@ -3,9 +3,9 @@
 //     preprocess (embed.cpp) ─► step zero (step_zero.cpp) ─► boundary (boundary.cpp) ─► schedule (schedule.cpp)
 //     ─► dispatch (dispatch.cpp) ─► denoise (denoise.cpp, per group, in its layout.cpp layout) ─► detokenize
 //
-// Requests with the same generation settings, mode (Seer, padded, oracle window), early stopping and prompt K/V
-// cache policy run together, groups in the order of their first request, rows in request order: the same graph calls as the
-// Python runtime, so the same tokens. A bad request gets its error and the others complete. Sessions are shared
+// Requests with the same generation settings (the decoding rule in its one spelling included), mode (Seer, padded,
+// oracle window), early stopping and prompt K/V cache policy run together, groups in the order of their first
+// request, rows in request order: the same graph calls as the Python runtime, so the same tokens. A bad request gets its error and the others complete. Sessions are shared
 // between threads; every buffer of a call belongs to that call.
 #include <algorithm>
 #include <array>
@@ -73,6 +73,13 @@ struct Pipeline::Impl {
 GenerationConfig Pipeline::Impl::generation(const Request& r) const {
   const GenerationConfig& base = manifest.generation;
   GenerationConfig gen = base;
+  if (r.decoding) {  // checked first, with the value types, as seer_trt.runtime.request.check_settings does
+    try {
+      gen.decoding = canonical_decoding(*r.decoding);
+    } catch (const Error& err) {
+      throw input_error(err.what());
+    }
+  }
   if (r.gen_length) {  // a new window keeps the default's shape: one block, one step per token
     const int64_t n = *r.gen_length;
     gen.gen_length = n;
@@ -137,7 +144,7 @@ void Pipeline::Impl::calibrate_costs() {
     double fastest = 1e300;
     for (int k = 0; k <= CALIBRATION_REPEATS; ++k) {  // the first warms the session
       const auto start = Clock::now();
-      denoise(*backend, manifest, layout, one_step, rows, std::nullopt, std::nullopt, &clock, cache_spec);
+      denoise(*backend, manifest, layout, one_step, rows, std::nullopt, LoopSettings{}, &clock, cache_spec);
       if (k) fastest = std::min(fastest, since(start));
     }
     sizes.emplace_back(b, p + g);
@@ -198,9 +205,9 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
       }
       step0 = StepZeroPrediction{x0.data(), confidence.data(), n};
     }
-    const std::optional<int64_t> stop = key.early_stop ? std::optional<int64_t>(special.eot_id) : std::nullopt;
-    const Denoised out =
-        denoise(*backend, manifest, layout, schedule, group.rows, step0, stop, &graph_ns, cache_spec, key.cache);
+    LoopSettings loop{key.gen.rule(), key.gen.block_length, std::nullopt, key.cache, cost.get()};
+    if (key.early_stop) loop.stop_id = special.eot_id;
+    const Denoised out = denoise(*backend, manifest, layout, schedule, group.rows, step0, loop, &graph_ns, cache_spec);
     for (size_t i = 0; i < group.rows.size(); ++i) {
       const int64_t r = group.rows[i];
       std::copy(out.tokens.begin() + i * out.width, out.tokens.begin() + (i + 1) * out.width, tokens.begin() + r * n);
@@ -252,7 +259,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
   const std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> contract = {
       {"embed", {{"input_ids"}, {"embeds"}}},
       {"vision", {{"pixel_values"}, {"image_features", "image_newline"}}},
-      {"denoise", {window_inputs, {"x0", "confidence", "p_end"}}},
+      {"denoise", {window_inputs, {"x0", confidence_output(m.graph("denoise")).name, "p_end"}}},
       {"step_zero", {window_inputs, {m.seer.signal == "probe" ? "probe_score" : "sparsity"}}}};
   for (const std::string& g : graphs) {
     const GraphEntry& entry = m.graph(g);

@@ -117,6 +117,7 @@ seer_results* seer_generate(seer_pipeline* pipeline, const seer_request* request
       r.early_stop = c.early_stop != 0;
       if (c.cache) r.cache = std::string(c.cache);
       if (c.refresh_interval) r.refresh_interval = c.refresh_interval;
+      if (c.decoding) r.decoding = std::string(c.decoding);
     }
     auto payload = std::make_unique<Payload>();
     payload->source = pipeline->pipeline->generate(batch, policy ? policy : "");

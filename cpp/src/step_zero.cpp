@@ -14,6 +14,7 @@ StepZeroOut run_step_zero(Backend& backend, const Manifest& manifest, const std:
   if (seer.full_depth()) out.x0.resize(rows * n), out.confidence.resize(rows * n);
   const std::string graph = seer.full_depth() ? "denoise" : "step_zero";
   const std::string signal = seer.full_depth() ? "p_end" : seer.signal == "probe" ? "probe_score" : "sparsity";
+  const ConfidenceOutput confidence = confidence_output(manifest.graph("denoise"));
   for (int64_t start = 0; start < rows; start += chunk) {
     const int64_t b = std::min(chunk, rows - start);
     std::vector<Prompt> part(prompts.begin() + start, prompts.begin() + start + b);
@@ -32,9 +33,10 @@ StepZeroOut run_step_zero(Backend& backend, const Manifest& manifest, const std:
     call.output(signal.c_str(), profile.data(), "float32", {b, n});
     if (seer.full_depth()) {
       call.output("x0", out.x0.data() + start * n, "int64", {b, n});
-      call.output("confidence", out.confidence.data() + start * n, "float32", {b, n});
+      call.output(confidence.name.c_str(), out.confidence.data() + start * n, "float32", {b, n});
     }
     call.run();
+    if (seer.full_depth() && !confidence.is_log) log_in_place(out.confidence.data() + start * n, b * n);  // 2.1
     std::copy(profile.begin(), profile.end(), out.profile.begin() + start * n);
   }
   return out;

@@ -21,7 +21,7 @@ import numpy as np
 from seer_trt.contracts.errors import ConfigError, InputError, ManifestError
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize", "graphs")
-ABI_VERSION = 2
+ABI_VERSION = 3
 _I64 = ctypes.POINTER(ctypes.c_int64)
 
 
@@ -43,6 +43,7 @@ class _Request(ctypes.Structure):
         ("early_stop", ctypes.c_int32),
         ("cache", ctypes.c_char_p),
         ("refresh_interval", ctypes.c_int64),
+        ("decoding", ctypes.c_char_p),
     ]
 
 
@@ -128,7 +129,16 @@ class CppPipeline:
     def generate(self, requests: Sequence[Mapping[str, Any]], policy: str | None = None) -> list[dict[str, Any]]:
         """One result dict per request. A request: ``prompt_ids``, optional ``pixel_values`` (an array [tiles, 3,
         S, S] float32) or ``image_tiles`` (its .npy path), ``image_grid``, ``image_size``, ``gen_length``, ``steps``,
-        ``block_length``, ``window``, ``seer``, ``early_stop``, ``cache``, ``refresh_interval``."""
+        ``block_length``, ``decoding``, ``window``, ``seer``, ``early_stop``, ``cache``, ``refresh_interval``.
+
+        A request whose ``decoding`` is not text fails alone with Python's message (the C ABI takes text)."""
+        failed = {i: _decoding_error(r["decoding"]) for i, r in enumerate(requests)
+                  if r.get("decoding") is not None and not isinstance(r["decoding"], str)}  # fmt: skip
+        sent = [r for i, r in enumerate(requests) if i not in failed]
+        answered = iter(self._generate(sent, policy) if sent else [])
+        return [_failed(failed[i]) if i in failed else next(answered) for i in range(len(requests))]
+
+    def _generate(self, requests: Sequence[Mapping[str, Any]], policy: str | None) -> list[dict[str, Any]]:
         keep: list[Any] = []  # arrays the C structs point into, alive through the call
         structs = (_Request * len(requests))()
         for c, r in zip(structs, requests, strict=True):
@@ -148,6 +158,7 @@ class CppPipeline:
             for name in ("gen_length", "steps", "block_length", "window", "refresh_interval"):
                 setattr(c, name, r.get(name) or 0)
             c.cache = None if r.get("cache") is None else str(r["cache"]).encode()
+            c.decoding = None if r.get("decoding") is None else r["decoding"].encode()
             c.no_seer, c.early_stop = not r.get("seer", True), bool(r.get("early_stop", False))
         out = self.lib.seer_generate(self.handle, structs, len(requests), policy.encode() if policy else None)
         if not out:
@@ -169,10 +180,25 @@ class CppPipeline:
         self.close()
 
 
+def _decoding_error(value: Any) -> str:
+    """Python's message for a decoding rule that is not text (``seer_trt.runtime.request.check_settings``)."""
+    from seer_trt.runtime.request import check_settings
+
+    try:
+        check_settings(decoding=value)
+    except InputError as err:
+        return str(err)
+    raise AssertionError(f"decoding {value!r} is not text, yet check_settings accepted it")
+
+
+def _failed(error: str) -> dict[str, Any]:
+    return {"text": "", "token_ids": [], "window": [], "kept": 0, "steps": 0, "gen_length": 0, "seconds": {},
+            "error": error, "refreshes": 0}  # fmt: skip
+
+
 def _result(r: _Result) -> dict[str, Any]:
     if r.error:
-        return {"text": "", "token_ids": [], "window": [], "kept": 0, "steps": 0, "gen_length": 0, "seconds": {},
-                "error": r.error.decode("utf-8", "replace"), "refreshes": 0}  # fmt: skip
+        return _failed(r.error.decode("utf-8", "replace"))
     return {
         "text": None if r.text is None else r.text.decode("utf-8", "replace"),
         "token_ids": r.token_ids[: r.num_tokens],

@@ -7,7 +7,8 @@
 //      answer text where the export's tokenizer decoder is one this library reads (word-level, byte-level).
 //
 //     prompt ids, tiles ─► embed / vision graphs ─► step zero ─► boundary ─► truncation + step budget
-//     ─► dispatch (static / packed / eager groups) ─► greedy denoising loop ─► answer ids
+//     ─► dispatch (static / packed / eager groups) ─► greedy denoising loop (fixed, threshold or factor rule)
+//     ─► answer ids
 //
 // ONNX Runtime is loaded with dlopen at run time (Options::ort_library), so a service picks its ORT build
 // (CPU, CUDA, TensorRT EP) without relinking. A Pipeline may be used from several threads at once.
@@ -50,6 +51,14 @@ struct Options {
   int64_t forecast_order = 1;    // forecast: Lagrange order, 1 or 2
 };
 
+// The decoding rules a request or an export may name: how many positions a denoising step commits.
+constexpr const char* DECODING_FORMS =
+    "'fixed', 'threshold:TAU' (0 < TAU <= 1, e.g. threshold:0.9) or 'factor:F' (F > 0, e.g. factor:1)";
+
+// The one spelling of a decoding rule ("factor:1.0" -> "factor:1", " fixed " -> "fixed"), by which requests group;
+// throws Error naming DECODING_FORMS (Python's message word for word) for a rule that is none of them.
+std::string canonical_decoding(const std::string& rule);
+
 // One question. Unset overrides take the export's generation defaults.
 struct Request {
   std::vector<int64_t> prompt_ids;   // chat-formatted prompt ids; -200 (IMAGE_PLACEHOLDER) where the image goes
@@ -60,6 +69,8 @@ struct Request {
   std::optional<int64_t> gen_length; // answer window N
   std::optional<int64_t> steps;      // denoising steps over N (Seer rescales them to the kept window)
   std::optional<int64_t> block_length;
+  std::optional<std::string> decoding;  // commit rule, one of DECODING_FORMS; unset: the export's (docs/DESIGN.md
+                                        // "Decoding strategies")
   std::optional<int64_t> window;     // cut the window to this length without step zero (the oracle)
   bool seer = true;                  // false: the padded baseline, every step over all N positions
   bool early_stop = false;           // LLaDA-V's stopping_criteria=['<|eot_id|>']

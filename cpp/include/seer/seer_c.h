@@ -20,7 +20,8 @@
 extern "C" {
 #endif
 
-#define SEER_C_ABI_VERSION 2 /* 2: the prompt K/V cache (seer_request.cache, seer_result.refreshes) */
+#define SEER_C_ABI_VERSION 3 /* 2: the prompt K/V cache (seer_request.cache, seer_result.refreshes);
+                                3: seer_request.decoding */
 #define SEER_IMAGE_PLACEHOLDER (-200)
 
 typedef struct seer_pipeline seer_pipeline;
@@ -37,6 +38,8 @@ typedef struct {
   int32_t early_stop;                      /* 1: stop at <|eot_id|> (LLaDA-V's stopping criterion) */
   const char* cache;                       /* "none" | "reuse" | "forecast"; NULL: the pipeline's */
   int64_t refresh_interval;                /* 0: the pipeline's */
+  const char* decoding; /* "fixed" | "threshold:TAU" | "factor:F" (how many positions a step commits); NULL: the
+                           export's */
 } seer_request;
 
 enum {
