@@ -12,6 +12,7 @@ from seer_trt.cli.common import (
     add_engines,
     add_report,
     add_samples,
+    add_threads,
     add_verbose,
     command_line,
     require_extra,
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_engines(ap, "export folder (seer-export --model tiny-llada-v)")
     add_samples(ap, n=200, seed=HELD_OUT_SEED)
     ap.add_argument("--gen-length", type=int, help="answer window N (default: the export's)")
+    add_threads(ap)
     g = ap.add_argument_group("prompt K/V cache fidelity")
     g.add_argument("--cache", help=f"prompt K/V cache policies to measure against the exact loop, comma-separated "
                    f"({', '.join(CACHE_MODES[1:])}): Seer under each instead of the modes table")  # fmt: skip
@@ -78,7 +80,7 @@ def work(args: argparse.Namespace, command: str) -> int:
 
         rules = list(dict.fromkeys(["fixed"] + [canonical_decoding(r) for r in args.decoding.split(",") if r.strip()]))
         progress(f"{args.n} prompts x {len(rules)} rules x 4 settings, after the exact fixed loop")
-        report = evaluate_decoding(args.engines, rules, args.n, args.seed, args.gen_length, progress)
+        report = evaluate_decoding(args.engines, rules, args.n, args.seed, args.gen_length, progress, args.threads)
         report["command"] = command
         print(decoding_table(report["rows"], args.n, report["gen_length"], report["detector"]))
         best = report["fastest_within_0.5_points"]

@@ -165,15 +165,16 @@ def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str,
 
 
 def evaluate_decoding(engines: str | Path, rules: list[str], n: int = 200, seed: int = HELD_OUT_SEED,
-                      gen_length: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+                      gen_length: int | None = None, progress: Callable[[str], None] | None = None,
+                      threads: int = 0) -> dict[str, Any]:  # fmt: skip
     """Every decoding rule of ``rules`` under every setting on ``n`` held-out prompts, beside the exact loop."""
-    pipe = SeerPipeline.from_manifest(engines, calibrate=True)  # the cost model timed before, not in, a setting
+    pipe = SeerPipeline.from_manifest(engines, threads=threads, calibrate=True)  # cost model timed before the settings
     samples = fixture_samples(pipe, n, seed)
     rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress))
     best = fastest_within(rows)
     return {"engines": str(engines), "model": pipe.manifest.model.name, "n": n, "seed": seed,
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
-            "threads": pipe.backend.threads if hasattr(pipe.backend, "threads") else None, "git": git_sha(),
+            "threads": threads, "git": git_sha(),
             "rows": rows, "fastest_within_0.5_points": {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
 
 
