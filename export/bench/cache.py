@@ -204,12 +204,12 @@ def end_to_end(pipe: SeerPipeline, settings: Settings, image: int, n: int, progr
         """(seconds, steps, refreshes) of request k in ``mode``."""
         true = settings.answers[k] + 1  # the stand-in answer and its <|eot_id|>
         if mode == "baseline":
-            request = Request(texts[k], gen_length=n, seer=False, cache="none")
+            request = Request(texts[k], gen_length=n, seer=False, cache="none", decoding="fixed")
         elif mode == "oracle+cache":
-            request = Request(texts[k], gen_length=n, window=true)
+            request = Request(texts[k], gen_length=n, window=true, decoding="fixed")
         else:
             cache = {"seer": "none", "seer+reuse": reuse, "seer+forecast": forecast}[mode]
-            request = Request(texts[k], gen_length=n, window=min(n, true + margin), cache=cache)
+            request = Request(texts[k], gen_length=n, window=min(n, true + margin), cache=cache, decoding="fixed")
         start = time.perf_counter()
         if mode.startswith("seer"):  # the early exit Seer runs before cutting the window (its boundary is moot here)
             run_step_zero(pipe.backend, embeds[k][None], np.ones((1, len(embeds[k])), dtype=bool), n, pipe.seer)

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from seer_trt.contracts.config import GenerationConfig, SeerConfig, read_json
+from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SeerConfig, read_json
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import LLADA_V_PINPOINTS, parse_pinpoints
 
@@ -85,7 +85,7 @@ class LLaDAVConfig:
     # "(AxB),...,(CxD)" tile range, or (width, height) px pairs as a trained checkpoint's config.json lists them
     image_grid_pinpoints: str | tuple[tuple[int, int], ...] = LLADA_V_PINPOINTS
     seer: SeerConfig = SeerConfig()
-    generation: GenerationConfig = GenerationConfig()
+    generation: GenerationConfig = GenerationConfig(decoding=DEFAULT_DECODING)
     system_prompt: str | None = LLADA_V_SYSTEM
 
     def __post_init__(self) -> None:
@@ -136,7 +136,9 @@ class LLaDAVConfig:
             image_aspect_ratio=data.get("image_aspect_ratio", "anyres_max_4"),
             image_grid_pinpoints=data.get("image_grid_pinpoints") or LLADA_V_PINPOINTS,
             seer=SeerConfig.from_dict(data["seer"]) if "seer" in data else SeerConfig(),
-            generation=GenerationConfig.from_dict(data["generation"]) if "generation" in data else GenerationConfig(),
+            generation=GenerationConfig.from_dict({"decoding": DEFAULT_DECODING, **data["generation"]})
+            if "generation" in data
+            else GenerationConfig(decoding=DEFAULT_DECODING),
             system_prompt=data.get("system_prompt", LLADA_V_SYSTEM),
         )
 

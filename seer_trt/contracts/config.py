@@ -25,11 +25,9 @@ SIGNALS = ("mlp_sparsity", "probe", "end_token_prob")
 STATISTICS = ("abs_below", "gate_negative")
 DIRECTIONS = ("up", "down")
 DETECTORS = ("jump", "threshold")
-DECODINGS = (
-    "fixed",
-    "threshold",
-    "factor",
-)  # commit rules of the denoising loop (docs/DESIGN.md "Decoding strategies")
+DECODINGS = ("fixed", "threshold", "factor")  # commit rules of the loop (docs/DESIGN.md "Decoding strategies")
+# what a new export defaults to (measured: docs/results.md "Decoding strategies"); a manifest without one ran "fixed"
+DEFAULT_DECODING = "factor:1"
 PROBE_EPS = 1e-6  # the probe reads the residual stream RMS-normalised (no weight): x / sqrt(mean(x^2) + eps)
 
 

@@ -44,7 +44,9 @@ def run_policy(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None
     errors: list = []
     for start in range(0, len(samples), CHUNK):
         chunk = samples[start : start + CHUNK]
-        batch = pipe.generate_batch([Request(s.question, s.image, gen_length=gen_length, cache=cache) for s in chunk])
+        batch = pipe.generate_batch(
+            [Request(s.question, s.image, gen_length=gen_length, cache=cache, decoding="fixed") for s in chunk]
+        )  # the fixed loop: figures comparable across versions
         out += batch.results
         errors += batch.kv_errors
         if progress:
