@@ -178,8 +178,13 @@ def parallel_modes(rule: str) -> dict[str, dict[str, Any]]:
     return {
         "early_stop": {"seer": False, "early_stop": True, "decoding": "fixed", "cache": "none"},
         "early_stop_parallel": {"seer": False, "early_stop": True, "decoding": rule, "cache": "none"},
-        "early_stop_parallel_cache32": {"seer": False, "early_stop": True, "decoding": rule, "cache": "reuse",
-                                        "refresh_interval": 32},  # fmt: skip
+        "early_stop_parallel_cache32": {
+            "seer": False,
+            "early_stop": True,
+            "decoding": rule,
+            "cache": "reuse",
+            "refresh_interval": 32,
+        },  # fmt: skip
         "seer_parallel": {"seer": True, "early_stop": True, "decoding": rule, "cache": "none"},
         "seer_parallel_cache": {"seer": True, "early_stop": True, "decoding": rule, "cache": "reuse"},
     }
