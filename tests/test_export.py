@@ -159,7 +159,7 @@ def test_goldens_load_with_polygraphy(fixture_export):
     assert set(feeds[0]) == {t.name for t in manifest.graph("denoise").spec.inputs}
     layers = manifest.model.num_layers
     present = {f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")}  # the prompt K/V it computed
-    assert set(results["pytorch"][0].keys()) == {"x0", "confidence", "p_end"} | present
+    assert set(results["pytorch"][0].keys()) == {"x0", "log_confidence", "p_end"} | present
 
 
 # --- the graphs against the reference code paths -----------------------------------------------------------------
@@ -168,7 +168,7 @@ def test_goldens_load_with_polygraphy(fixture_export):
 @pytest.mark.slow
 @pytest.mark.parametrize("prompts, kept, g", SHAPES)
 def test_denoise_graphs_match_the_reference_sampler(fixture_export, fixture_model, prompts, kept, g):
-    """x0 / confidence / logits as ``sampler.generate`` computes them from ``LLaDAV.forward``; p_end as
+    """x0 / log_confidence / logits as ``sampler.generate`` computes them from ``LLaDAV.forward``; p_end as
     ``seer.step_zero`` reads it (the unsuppressed softmax)."""
     out, manifest, _ = fixture_export
     special = manifest.special_tokens
@@ -181,10 +181,10 @@ def test_denoise_graphs_match_the_reference_sampler(fixture_export, fixture_mode
     p_end = (p[..., special.eot_id] + p[..., special.endoftext_id]).numpy()
     logits = suppress_special(logits, torch.from_numpy(feeds["gen_ids"] == special.mask_id), special)
     x0 = logits.argmax(-1)
-    conf = torch.softmax(logits.double(), -1).gather(-1, x0[..., None])[..., 0]
+    conf = torch.log_softmax(logits.double(), -1).gather(-1, x0[..., None])[..., 0]  # float64 log-probability
     tol = TOLERANCES[("float32", "value")]
     np.testing.assert_array_equal(got["x0"], x0.numpy())
-    np.testing.assert_allclose(got["confidence"], conf.numpy(), atol=tol.atol, rtol=tol.rtol)
+    np.testing.assert_allclose(got["log_confidence"], conf.numpy(), atol=tol.atol, rtol=tol.rtol)
     np.testing.assert_allclose(got["logits"], logits.numpy(), atol=tol.atol, rtol=tol.rtol)  # -inf == -inf
     np.testing.assert_allclose(got["p_end"], p_end, atol=tol.atol, rtol=tol.rtol)
 
@@ -229,7 +229,7 @@ def test_left_padded_and_packed_rows_equal_the_rows_alone(fixture_export, fixtur
     for b, (_, den, _) in enumerate(rows):
         kept = den["x0"].shape[1]
         np.testing.assert_array_equal(padded["x0"][b, :kept], den["x0"][0])
-        np.testing.assert_allclose(padded["confidence"][b, :kept], den["confidence"][0], atol=1e-5)
+        np.testing.assert_allclose(padded["log_confidence"][b, :kept], den["log_confidence"][0], atol=1e-5)
     first, second = rows[0][0], rows[1][0]
     p1, p2 = first["prefix_embeds"].shape[1], second["prefix_embeds"].shape[1]
     g1, g2 = first["gen_ids"].shape[1], second["gen_ids"].shape[1]
@@ -242,7 +242,7 @@ def test_left_padded_and_packed_rows_equal_the_rows_alone(fixture_export, fixtur
     den, zero = graphs.run("denoise", **packed), graphs.run("step_zero", **packed)
     atol = TOLERANCES[("float32", "fraction")].atol
     np.testing.assert_array_equal(den["x0"][0], np.concatenate([rows[0][1]["x0"][0], rows[1][1]["x0"][0]]))
-    np.testing.assert_allclose(den["confidence"][0, :g1], rows[0][1]["confidence"][0], atol=1e-5)
+    np.testing.assert_allclose(den["log_confidence"][0, :g1], rows[0][1]["log_confidence"][0], atol=1e-5)
     np.testing.assert_allclose(zero["sparsity"][0, g1:], rows[1][2]["sparsity"][0], atol=atol)
     np.testing.assert_allclose(zero["probe_score"][0, :g1], rows[0][2]["probe_score"][0], atol=1e-5)
 
@@ -324,7 +324,7 @@ def test_fp16_export_is_within_its_tolerance(fixture_fp16):
     out, manifest = fixture_fp16
     assert manifest.precision == "float16" and manifest.parity.status == "passed", manifest.parity.note
     assert manifest.parity.end_to_end is not None and manifest.parity.end_to_end.token_agreement >= 0.99
-    rows = [r for r in manifest.parity.rows if r.graph == "denoise" and r.output == "confidence"]
+    rows = [r for r in manifest.parity.rows if r.graph == "denoise" and r.output == "log_confidence"]
     assert rows and all(r.atol == TOLERANCES[("float16", "value")].atol for r in rows)
 
 

@@ -196,7 +196,7 @@ def test_cuda_graph_replay_equals_direct_execution(fixture_plans):
         feeds = _window_feeds(manifest, 2, prompt, answer, seed=answer)
         want = {k: v.copy() for k, v in direct.run("denoise", feeds).items()}
         got = replay.run("denoise", feeds)
-        assert np.array_equal(got["x0"], want["x0"]) and np.array_equal(got["confidence"], want["confidence"])
+        assert np.array_equal(got["x0"], want["x0"]) and np.array_equal(got["log_confidence"], want["log_confidence"])
     direct.close()
     replay.close()
 

@@ -164,11 +164,11 @@ def test_a_cached_step_on_the_current_prompt_kv_is_the_uncached_step(pipe):
     cached = pipe.backend.run("denoise", {**feeds, **past, "prefix_embeds": empty})
     valid = layout.segment_ids[:, p:] > 0
     np.testing.assert_array_equal(cached["x0"][valid], full["x0"][valid])
-    np.testing.assert_allclose(cached["confidence"][valid], full["confidence"][valid], atol=1e-5)
+    np.testing.assert_allclose(cached["log_confidence"][valid], full["log_confidence"][valid], atol=1e-5)
     assert cached["present.0.key"].shape[2] == 0  # it computed no prompt position
     stale = {k: (v * 0.5 if k.startswith("past_key") else v) for k, v in past.items()}  # wrong K/V: other values
     moved = pipe.backend.run("denoise", {**feeds, **stale, "prefix_embeds": empty})
-    assert not np.allclose(moved["confidence"][valid], full["confidence"][valid], atol=1e-3)
+    assert not np.allclose(moved["log_confidence"][valid], full["log_confidence"][valid], atol=1e-3)
 
 
 def _windows(results) -> list[tuple[int, ...]]:
@@ -189,17 +189,19 @@ def test_refreshing_every_step_is_the_exact_loop(pipe, policy):
 
 @pytest.mark.slow
 def test_cached_policies_refresh_less_and_count_it(pipe):
-    exact = pipe.generate([Request(s.question, s.image, gen_length=64, cache="none") for s in SAMPLES])
+    exact = pipe.generate(
+        [Request(s.question, s.image, gen_length=64, cache="none", decoding="fixed") for s in SAMPLES]
+    )
     steps = [r.steps for r in exact]
     assert [r.refreshes for r in exact] == steps
     for mode in ("reuse", "forecast"):
-        out = pipe.generate([Request(s.question, s.image, gen_length=64, cache=mode, refresh_interval=4)
-                             for s in SAMPLES])  # fmt: skip
+        out = pipe.generate([Request(s.question, s.image, gen_length=64, cache=mode, refresh_interval=4,
+                                     decoding="fixed") for s in SAMPLES])  # fmt: skip
         assert all(r.ok for r in out)
         # step 0 is the full-depth pass or a refresh; then one every 4 steps (block starts may add some)
         assert all(-(-r.steps // 4) <= r.refreshes < r.steps for r in out if r.steps > 4), mode
     policy = CacheConfig("forecast", 2, 2)
-    (r,) = pipe.generate([Request(SAMPLES[0].question, SAMPLES[0].image, cache=policy)])
+    (r,) = pipe.generate([Request(SAMPLES[0].question, SAMPLES[0].image, cache=policy, decoding="fixed")])
     assert r.ok and r.refreshes < r.steps
 
 

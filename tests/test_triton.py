@@ -88,7 +88,7 @@ def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_e
     present = [
         (f"present.{i}.{kv}", "TYPE_FP32", [-1, heads, -1, head_dim]) for i in range(layers) for kv in ("key", "value")
     ]  # [batch, heads, prompt, head_dim]
-    assert io_of(denoise, "output") == [("x0", "TYPE_INT64", [-1, -1]), ("confidence", "TYPE_FP32", [-1, -1]),
+    assert io_of(denoise, "output") == [("x0", "TYPE_INT64", [-1, -1]), ("log_confidence", "TYPE_FP32", [-1, -1]),
                                         ("p_end", "TYPE_FP32", [-1, -1]), *present]  # fmt: skip
     assert json.loads(pbtxt.parameters(seer)["cache"])["mode"] == "none"
     assert io_of(found["seer_vision"], "input") == [("pixel_values", "TYPE_FP32", [-1, 3, 32, 32])]
