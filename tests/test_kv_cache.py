@@ -253,7 +253,7 @@ def test_seer_run_cache_flags_and_jsonl_cache_fields(fixture_export, tmp_path):
     runs = {}
     for flags in (["--cache", "none"], ["--cache", "reuse", "--refresh-interval", "3"],
                   ["--cache", "forecast", "--refresh-interval", "3", "--forecast-order", "2"]):  # fmt: skip
-        rc, out, err = _run_cli(["--engines", folder, "--prompt", prompt, "--json", *flags])
+        rc, out, err = _run_cli(["--engines", folder, "--prompt", prompt, "--json", "--decoding", "fixed", *flags])
         assert rc == 0, err
         runs[flags[1]] = json.loads(out)
     steps = runs["none"]["steps"]
@@ -263,7 +263,7 @@ def test_seer_run_cache_flags_and_jsonl_cache_fields(fixture_export, tmp_path):
     (tmp_path / "in.jsonl").write_text(json.dumps({"prompt": prompt, "cache": "none"}) + "\n"
                                        + json.dumps({"prompt": prompt, "cache": "reuse", "refresh_interval": 0}) + "\n")  # fmt: skip
     rc, _, err = _run_cli(["--engines", folder, "--input", str(tmp_path / "in.jsonl"), "--output",
-                           str(tmp_path / "out.jsonl"), "--cache", "reuse"])  # fmt: skip
+                           str(tmp_path / "out.jsonl"), "--cache", "reuse", "--decoding", "fixed"])  # fmt: skip
     got = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert rc == 1 and got[0]["refreshes"] == steps and "refresh interval 0" in got[1]["error"]
     rc, out, err = _run_cli(["--engines", folder, "--prompt", prompt, "--cache", "fast"])
