@@ -79,7 +79,11 @@ def test_seer_bench_report_structure(fixture_export, tmp_path):
         assert all(r["same_tokens"] for r in pol.values())  # dispatch never changes an answer
         assert pol["per_request"]["padding_waste"] == 0.0 and pol["naive_pad"]["padding_waste"] > 0.0
         assert all(r["predicted_s"] > 0 for r in pol.values())  # the cost model prices every plan
-        assert pol["cost_model"]["predicted_s"] <= min(r["predicted_s"] for r in pol.values()) * (1 + 1e-9)
+        least, chosen = min(r["predicted_s"] for r in pol.values()), pol["cost_model"]["predicted_s"]
+        # cost_model picks the cheapest plan it predicts, or keeps per-request execution when the gain is within
+        # the fit's own error (docs/DESIGN.md, dispatch)
+        alone = chosen == pytest.approx(pol["per_request"]["predicted_s"], rel=1e-9)
+        assert chosen <= least * (1 + 1e-9) or (alone and chosen <= least * (1 + b["cost_model"]["error"]) * (1 + 1e-9))
         assert pol["cost_model"]["rounds"] == 2 and b["best_fixed"] in POLICIES and b["best_fixed"] != "cost_model"
     assert sorted(report["long_tail"]["true_lengths"])[-1] >= 25  # the long tail is there
     assert min(report["long_prompt"]["prompt_lengths"]) >= 60 and report["long_prompt"]["windows"].startswith("oracle")
