@@ -73,7 +73,8 @@ class Plan:
 
     size: int  # requests in the call: one Result each, in order
     groups: tuple[GroupPlan, ...]  # requests grouped by settings, in the order of each group's first request
-    failed: dict[int, str]  # request index -> why it could not be prepared (it fails alone)
+    failed: dict[int, tuple[str, str]]  # request index -> why it could not be prepared (it fails alone), and the
+    # error's kind: "input" (the request's own input: a client error) or "internal"
     policy: str  # dispatch policy of every group
     needs_costs: bool  # cost_model with a group of several rows: the backend's step costs are measured first
 
@@ -92,7 +93,7 @@ class SeerPipeline:
     def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = DEFAULT_POLICY,
                  tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None,
                  seer: SeerConfig | None = None, cache: CacheConfig = DEFAULT_CACHE,
-                 cost: CostModel | None = None) -> None:  # fmt: skip
+                 cost: CostModel | None = None, max_prompt_chars: int | None = None) -> None:  # fmt: skip
         """
         Args:
             image_limits: what an image may cost before it is decoded; None: the manifest's.
@@ -102,6 +103,8 @@ class SeerPipeline:
                 ``step_zero`` graph was exported for.
             cost: the ``cost_model`` policy's step costs, measured before (``calibrate_costs``); None: measured
                 when a call first needs them.
+            max_prompt_chars: the most characters of message text a request may send, checked before templating
+                and tokenizing; None: what the largest prompt bucket can hold (``prompt_char_limit``).
 
         Raises:
             ConfigError: ``seer`` reads a signal the export's ``step_zero`` graph does not compute; a cache policy
@@ -112,9 +115,11 @@ class SeerPipeline:
         self.manifest = manifest
         self.seer = manifest.seer if seer is None else check_seer(seer, manifest)
         self.backend = backend
-        self.prompts = PromptFormat(folder, manifest)
+        # the shapes calls are padded to: the built profiles' buckets on TensorRT, the manifest's otherwise
+        self.buckets = backend.buckets() or manifest.buckets
+        self.prompts = PromptFormat(folder, manifest, self.buckets.prompt[-1], max_prompt_chars)
         v = manifest.vision
-        self.image_limits = image_limits or ImageLimits(v.max_image_pixels, v.max_image_bytes)
+        self.image_limits = image_limits or ImageLimits.of(v)
         self.embedder = Embedder(manifest, backend)
         self.policy = policy
         self.cache = check_cache(cache, manifest)
@@ -122,8 +127,6 @@ class SeerPipeline:
         self.short = short
         self.cost = cost
         self._cost_lock = threading.Lock()
-        # the shapes calls are padded to: the built profiles' buckets on TensorRT, the manifest's otherwise
-        self.buckets = backend.buckets() or manifest.buckets
 
     @classmethod
     def from_manifest(cls, folder: str | Path, backend: str = "onnxruntime", provider: str = "cpu",
@@ -258,11 +261,11 @@ class SeerPipeline:
                 gen, prompt = self.prepare(request)
                 cache = self.cache_for(request)
             except SeerError as err:
-                failed[i] = str(err)
+                failed[i] = (str(err), "input")
                 continue
             except Exception as err:  # noqa: BLE001 - whatever this one request's input set off, it fails alone
                 failed[i] = (f"this request could not be prepared ({type(err).__name__}: {describe(err)}); the others "
-                             f"are unaffected")  # fmt: skip
+                             f"are unaffected", "internal")  # fmt: skip
                 continue
             mode = "window" if request.window is not None else "seer" if request.seer else "full"
             key = (gen, mode, request.early_stop, cache)
@@ -310,8 +313,8 @@ class SeerPipeline:
             errors += gated
             for i, prep, result in zip(group.rows, group.prepare_s, out, strict=True):
                 results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds})
-        for i, error in plan.failed.items():
-            results[i] = Result.failed(error)
+        for i, (error, kind) in plan.failed.items():
+            results[i] = Result.failed(error, kind)
         return BatchOutput(tuple(results), tuple(dispatched), tuple(errors))
 
     def _run_group(self, group: GroupPlan, policy: str) -> tuple[list[Result], DispatchPlan, list]:

@@ -155,22 +155,74 @@ class ChatTokenizer:
         return ids
 
 
-class PromptFormat:
-    """One request's text -> its prompt ids, with the export's chat template and tokenizer."""
+def longest_token(tokenizer) -> int:
+    """Characters of the vocabulary's longest token string: no token stands for more characters of text.
 
-    def __init__(self, folder: str | Path, manifest: Manifest) -> None:
+    Byte-level BPE spells a token with one character per byte (a text character is one byte or more), Metaspace
+    vocabularies spell it with the characters it stands for, WordPiece adds ``##``: each spelling is at least as
+    long as the text it encodes.
+    """
+    return max((len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
+
+
+def prompt_char_limit(tokenizer, prompt_tokens: int) -> int:
+    """The most characters of message text (prompt and system together) that can fit ``prompt_tokens`` ids:
+    every id holds at most ``longest_token`` characters. Text past it cannot fit, and is refused before any
+    templating or tokenizing (whose memory and time grow with the text)."""
+    return prompt_tokens * longest_token(tokenizer)
+
+
+class PromptFormat:
+    """One request's text -> its prompt ids, with the export's chat template and tokenizer.
+
+    ``max_chars`` bounds the message text before any work that grows with it (``prompt_char_limit`` of the
+    largest prompt bucket, or the pipeline's ``max_prompt_chars``); the exact check, in embeddings, follows
+    tokenizing (``SeerPipeline.prepare``).
+    """
+
+    def __init__(self, folder: str | Path, manifest: Manifest, max_tokens: int | None = None,
+                 max_chars: int | None = None) -> None:  # fmt: skip
+        """
+        Args:
+            max_tokens: the largest prompt bucket the backend takes (default: the manifest's).
+            max_chars: the most characters of message text accepted (default: what ``max_tokens`` ids can hold).
+
+        Raises:
+            ConfigError: ``max_chars`` is not a positive integer.
+        """
         tok = Path(folder) / manifest.tokenizer
         self.chat = ChatFormat.from_folder(tok, system=manifest.system_prompt)
         self.chat_tokenizer = ChatTokenizer(tok / "tokenizer.json", self.chat)
         self.tokenizer = self.chat_tokenizer.control  # for decoding answers (``seer_trt.runtime.detokenize``)
+        self.max_tokens = max_tokens or manifest.buckets.prompt[-1]
+        if max_chars is not None and (isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1):
+            raise ConfigError(f"max_prompt_chars must be a positive integer, got {max_chars!r}")
+        self.max_chars = max_chars or prompt_char_limit(self.tokenizer, self.max_tokens)
+
+    def check_length(self, prompt: str, system: str | None = None) -> None:
+        """Refuse message text longer than ``max_chars``, before any work that grows with it.
+
+        Raises:
+            InputError: naming the limit and the bucket it comes from.
+        """
+        n = len(prompt) + len(system or "")
+        if n > self.max_chars:
+            what = "the prompt and system message hold" if system else "the prompt holds"
+            raise InputError(f"{what} {n} characters, more than the {self.max_chars} accepted (max_prompt_chars: "
+                             f"what the largest prompt bucket, {self.max_tokens} embeddings, can hold); shorten "
+                             f"it, or re-export with larger buckets")  # fmt: skip
 
     def ids(self, prompt: str, has_image: bool, system: str | None = None) -> list[int]:
         """Prompt ids of one user turn; ``<image>`` is prepended when an image comes without a placeholder.
         The prompt and ``system`` are text: special-token strings in them stay text (``ChatTokenizer``).
 
         Raises:
-            InputError: an empty prompt, or a number of ``<image>`` placeholders other than the images sent.
+            InputError: the text is longer than ``max_chars``, an empty prompt, or a number of ``<image>``
+                placeholders other than the images sent.
         """
+        if not isinstance(prompt, str) or not isinstance(system, str | None):
+            raise InputError(f"the prompt is a {type(prompt).__name__}; send the question as text")
+        self.check_length(prompt, system)
         if not prompt or not prompt.strip():
             raise InputError("the prompt is empty; send the question as text")
         n_tokens = prompt.count(IMAGE_TOKEN)

@@ -131,6 +131,7 @@ class Result:
     seconds: dict[str, float]  # per stage (STAGES); batched stages count the whole batch's time
     error: str | None = None  # why this request failed; the fields above are empty then
     refreshes: int = 0  # denoising steps that computed the prompt (all of them under cache "none")
+    error_kind: str | None = None  # "input": the request itself was bad (a client error); "internal": it was not
 
     @property
     def ok(self) -> bool:
@@ -140,5 +141,6 @@ class Result:
         return {**dataclasses.asdict(self), "token_ids": list(self.token_ids), "window": list(self.window)}
 
     @classmethod
-    def failed(cls, error: str) -> Result:
-        return cls("", (), (), 0, 0, 0, {}, error)
+    def failed(cls, error: str, kind: str = "input") -> Result:
+        """A request that failed: ``kind`` "input" when its own input was bad, "internal" otherwise."""
+        return cls("", (), (), 0, 0, 0, {}, error, error_kind=kind)
