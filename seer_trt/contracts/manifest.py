@@ -86,6 +86,9 @@ class VisionInfo:
     pixel_std: float = 0.5
     max_image_pixels: int = 50_000_000  # an image with more (width x height, from its header) is refused undecoded
     max_image_bytes: int = 50 * 2**20  # an encoded image file larger than this is refused unread
+    # most pixels an image may decode to (after a JPEG's reduced-scale decode); None: what the tiling can use,
+    # ``seer_trt.runtime.image.decoded_pixel_limit``
+    max_decoded_pixels: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid_pinpoints", tuple(tuple(int(v) for v in p) for p in self.grid_pinpoints))

@@ -13,10 +13,14 @@ checkpoint's grid pinpoints). PIL for decoding and resizing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -129,10 +133,38 @@ class ImageLimits:
 
     pixels: int  # most width x height pixels, read from the file's header before any pixel is decoded
     bytes: int  # largest encoded file (path or bytes)
+    decoded: int | None = None  # most pixels decoded (after a JPEG's reduced-scale decode); None: no own limit
 
     def __post_init__(self) -> None:
-        if isinstance(self.pixels, bool) or isinstance(self.bytes, bool) or min(self.pixels, self.bytes) < 1:
-            raise ConfigError(f"image limits must be positive integers, got pixels {self.pixels}, bytes {self.bytes}")
+        values = (self.pixels, self.bytes, self.pixels if self.decoded is None else self.decoded)
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            raise ConfigError(f"image limits must be positive integers, got pixels {self.pixels}, bytes {self.bytes}, "
+                              f"decoded {self.decoded}")  # fmt: skip
+
+    @classmethod
+    def of(cls, vision: VisionInfo) -> ImageLimits:
+        """An export's limits: its manifest's, the decode limit following what its tiling can use by default."""
+        decoded = vision.max_decoded_pixels or decoded_pixel_limit(vision)
+        return cls(vision.max_image_pixels, vision.max_image_bytes, decoded)
+
+
+DECODE_HEADROOM = 4  # an image may decode to this many times the pixels of the largest input the tiling makes
+DECODE_FLOOR = 2048 * 2048  # and to this many whatever the tiling (a small fixture still takes a normal photo)
+
+
+def largest_input(vision: VisionInfo) -> tuple[int, int]:
+    """The largest (width, height) the tiling resizes an image to: one tile ("pad"), or the largest grid."""
+    if not vision.image_aspect_ratio.startswith("anyres"):
+        return vision.image_size, vision.image_size
+    return max(parse_pinpoints(vision.grid_pinpoints, vision.image_size), key=lambda wh: wh[0] * wh[1])
+
+
+def decoded_pixel_limit(vision: VisionInfo) -> int:
+    """The default decode limit: ``DECODE_HEADROOM`` times the largest input's pixels, at least ``DECODE_FLOOR``.
+    Decoding costs memory and time in proportion to the pixels; beyond this the model sees nothing more, since
+    every image is resized down to at most ``largest_input`` (LLaDA-V: 2304 x 2304 px, a 21.2 MP limit)."""
+    w, h = largest_input(vision)
+    return max(DECODE_HEADROOM * w * h, DECODE_FLOOR)
 
 
 def load_image(image: Image, limits: ImageLimits | None = None,
@@ -154,21 +186,51 @@ def load_image(image: Image, limits: ImageLimits | None = None,
         return image, (image.shape[1], image.shape[0])
     if not isinstance(image, str | Path | bytes | bytearray):
         raise InputError(f"image is a {type(image).__name__}; pass a file path, encoded bytes or an [H, W, 3] array")
+    if isinstance(image, bytes | bytearray):
+        where, source = "image bytes", io.BytesIO(image)
+        size = len(image)
+    else:
+        where = f"image {image}"
+        source, size = _open_regular(Path(image), where)
+    with contextlib.ExitStack() as stack:
+        stack.callback(source.close)
+        if limits is not None and size > limits.bytes:
+            raise InputError(f"{where} is {size} bytes, more than the {limits.bytes} accepted (max_image_bytes); "
+                             f"send a smaller file (the model uses far fewer pixels)")  # fmt: skip
+        return _decode(source, where, limits, needed)
+
+
+def _open_regular(path: Path, where: str) -> tuple[BinaryIO, int]:
+    """A regular file opened for reading, and its size; anything else (a FIFO, which would block until some
+    process writes to it, a device, a socket, a folder) is refused without waiting.
+
+    Raises:
+        InputError: missing, not a regular file, or unreadable.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(f"{where} does not exist; pass an existing image file") from None
+    except IsADirectoryError:
+        raise InputError(f"{where} is a folder; pass an image file") from None
+    except (OSError, ValueError) as err:
+        raise InputError(f"{where} cannot be read ({describe(err)}); pass a readable image file") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device")  # fmt: skip
+        raise InputError(f"{where} is {kind}, not a regular file; pass an image file")
+    return os.fdopen(fd, "rb"), info.st_size
+
+
+def _decode(source: BinaryIO, where: str, limits: ImageLimits | None,
+            needed: Callable[[tuple[int, int]], tuple[int, int]] | None) -> tuple[np.ndarray, tuple[int, int]]:  # fmt: skip
+    """Pixels and original size of an opened image, within ``limits`` (see ``load_image``)."""
     import warnings
 
     from PIL import Image as PILImage
 
-    source = io.BytesIO(image) if isinstance(image, bytes | bytearray) else Path(image)
-    where = "image bytes" if isinstance(source, io.BytesIO) else f"image {source}"
-    try:
-        size = len(image) if isinstance(image, bytes | bytearray) else source.stat().st_size
-    except FileNotFoundError:
-        raise InputError(f"{where} does not exist; pass an existing image file") from None
-    except (OSError, ValueError) as err:
-        raise InputError(f"{where} cannot be read ({describe(err)}); pass a readable image file") from None
-    if limits is not None and size > limits.bytes:
-        raise InputError(f"{where} is {size} bytes, more than the {limits.bytes} accepted (max_image_bytes); send "
-                         f"a smaller file (the model uses far fewer pixels)")  # fmt: skip
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)  # our own limit decides
@@ -177,6 +239,13 @@ def load_image(image: Image, limits: ImageLimits | None = None,
                 _check_pixels(where, original, limits)
                 if needed is not None:
                     im.draft("RGB", needed(original))  # JPEG: decode at a reduced scale, never below ``needed``
+                if limits is not None and limits.decoded is not None and im.size[0] * im.size[1] > limits.decoded:
+                    raise InputError(
+                        f"{where} is {original[0]}x{original[1]} px and would decode to {im.size[0] * im.size[1]} "
+                        f"pixels, more than the {limits.decoded} accepted (max_decoded_pixels: what this export's "
+                        f"tiling can use, with headroom); send a smaller image, or a JPEG (it decodes at a reduced "
+                        f"scale)"
+                    )
                 return np.asarray(im.convert("RGB")), original
     except InputError:
         raise
