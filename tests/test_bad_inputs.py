@@ -501,7 +501,7 @@ def test_stale_partials_of_our_own_are_swept_and_a_killed_swap_is_undone(tmp_pat
     killed = tmp_path / f".repo.old-{dead}.{outfolder._host()}-abcd1234"  # a swap killed after moving repo aside
     (killed / "repo").mkdir(parents=True)
     (killed / "repo" / outfolder.REPOSITORY_MARKER).write_text("{}")
-    target = check_target(out, True, outfolder.is_repository)
+    target = check_target(out, True, outfolder.is_repository, legacy=outfolder.repository_files)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["repo", live.name, other_host.name])
     assert (out / outfolder.REPOSITORY_MARKER).is_file()  # the previous output is back
     with replace_folder(target) as staging:
@@ -516,7 +516,8 @@ def test_a_failure_inside_the_block_leaves_the_previous_output(tmp_path):
     (out / outfolder.REPOSITORY_MARKER).write_text("old")
     for error in (SeerError("failed half-way"), KeyboardInterrupt(), outfolder.Interrupted(signal.SIGTERM)):
         with pytest.raises(type(error)):
-            with replace_folder(check_target(out, True, outfolder.is_repository)) as staging:
+            with replace_folder(check_target(out, True, outfolder.is_repository,
+                                             legacy=outfolder.repository_files)) as staging:  # fmt: skip
                 (staging / "half").write_text("x")
                 raise error
         assert [p.name for p in tmp_path.iterdir()] == ["repo"] and (
@@ -544,7 +545,9 @@ def test_a_mount_point_is_written_inside(tmp_path, monkeypatch):
             assert staging.parent == mount
             (staging / outfolder.REPOSITORY_MARKER).write_text(version)
             (staging / f"model-{version}").mkdir()
-        assert sorted(p.name for p in mount.iterdir()) == sorted([outfolder.REPOSITORY_MARKER, f"model-{version}"])
+        assert sorted(p.name for p in mount.iterdir()) == sorted(
+            [outfolder.REPOSITORY_MARKER, outfolder.FILES_RECORD, f"model-{version}"]
+        )
         assert (mount / outfolder.REPOSITORY_MARKER).read_text() == version
 
 

@@ -50,7 +50,7 @@ from seer_trt.contracts.manifest import (
     Versions,
     VisionInfo,
 )
-from seer_trt.contracts.outfolder import check_target, is_export, replace_folder
+from seer_trt.contracts.outfolder import check_target, export_files, is_export, replace_folder
 from seer_trt.contracts.profiles import LengthBuckets
 
 
@@ -150,7 +150,7 @@ def check_out(out: Path, force: bool) -> Path:
         FolderError: ``out`` is a file or under one, holds the user's files, is an export and ``force`` is not
             set, or is not writable.
     """
-    return check_target(out, force, is_export, "--out", "an export").path
+    return check_target(out, force, is_export, "--out", "an export", legacy=export_files).path
 
 
 @contextlib.contextmanager
@@ -161,7 +161,7 @@ def staging_folder(out: Path, force: bool) -> Iterator[Path]:
     Raises:
         FolderError: see ``check_out``; or the folder cannot be created.
     """
-    with replace_folder(check_target(out, force, is_export, "--out", "an export")) as staging:
+    with replace_folder(check_target(out, force, is_export, "--out", "an export", legacy=export_files)) as staging:
         yield staging
 
 

@@ -177,6 +177,11 @@ def _ours(live: Path) -> bool:
                if not p.name.startswith("."))  # fmt: skip
 
 
+def _plans(live: Path) -> set[str]:
+    """What an engine folder written before ``FILES_RECORD`` holds of ours: its plans and timing cache."""
+    return {p.name for p in live.iterdir() if p.is_file() and (p.suffix == ".plan" or p.name == TIMING_CACHE)}
+
+
 def _build_all(trt, manifest: Manifest, plan: ProfilePlan, options: BuildOptions, staging: Path, live: Path,
                rtx: bool, device, stage: Log) -> dict[str, EngineFile]:  # fmt: skip
     """Every plan, the timing cache and the updated manifest (``.manifest.json.next``), written into ``staging``."""
@@ -268,7 +273,8 @@ def run_build(options: BuildOptions, log: Log = print) -> Manifest | ProfilePlan
     if options.dry_run:
         return plan
     live = folder / ENGINE_DIRS[options.builder]
-    target = check_target(live, True, _ours, "the engine folder", "plans")  # before any work: never the user's files
+    # before any work: never the user's files; the engine folder belongs inside its export
+    target = check_target(live, True, _ours, "the engine folder", "plans", legacy=_plans, nested=True)
     checked = verify(folder, manifest, log=stage)  # a graph swapped since the export would build the wrong engine
     if checked:
         stage(f"{checked} graph file(s) match the export's sha256")

@@ -37,6 +37,7 @@ from seer_trt.contracts.errors import SeerError
 from seer_trt.contracts.manifest import MANIFEST_FILE
 
 REPOSITORY_MARKER = ".seer-triton.json"  # written at the root of every repository seer-triton writes
+FILES_RECORD = ".seer-files.json"  # every output folder's list of the files seer-trt wrote in it (replace_folder)
 COLLECTION_README = "README.md"  # the one plain file a folder of exports may hold
 LEGACY_STALE_S = 3600  # a partial folder of an older seer-trt (no owner in its name) untouched this long is stale
 _SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
@@ -60,26 +61,68 @@ def signal_name(err: KeyboardInterrupt) -> tuple[str, int]:
     return signal.Signals(signum).name, int(signum)
 
 
+REDELIVER_S = 0.5  # how soon a signal whose exception something swallowed is delivered again
+_pending: list[int] = []  # the signal received inside signals_as_interrupts and not yet acted on (at most one)
+_armed: list[bool] = []  # non-empty while a signals_as_interrupts block runs
+_lock = threading.Lock()
+
+
+def check_interrupted() -> None:
+    """Raise ``Interrupted`` again if a signal arrived and the work went on anyway: an exception raised inside a
+    ``__del__``, a weakref callback or a library's broad ``except`` is lost, and the work must not then complete.
+
+    Raises:
+        Interrupted: the pending signal.
+    """
+    if _pending:
+        raise Interrupted(_pending[0])
+
+
+def _redeliver() -> None:
+    """Watchdog: while a signal stays pending, deliver it to the main thread again (``_thread.interrupt_main``)."""
+    import _thread
+
+    while _pending:
+        time.sleep(REDELIVER_S)
+        with _lock:
+            if _pending:
+                _thread.interrupt_main(_pending[0])
+
+
 @contextlib.contextmanager
 def signals_as_interrupts() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise ``Interrupted`` inside the block (SIGINT raises KeyboardInterrupt already).
+    """SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` inside the block, and stay pending until the block ends.
 
     Python's default for SIGTERM ends the process at once, leaving staging folders behind; as an exception it
-    unwinds like Ctrl-C. Only the main thread can install handlers: elsewhere the block runs unchanged.
+    unwinds like Ctrl-C. An exception can be swallowed where it lands (a ``__del__`` running at that moment prints
+    "Exception ignored" and goes on), so the signal is delivered again every ``REDELIVER_S`` until it has unwound the
+    block, and ``replace_folder`` checks it before moving an output into place: a signal is never lost. Only the
+    main thread can install handlers: elsewhere the block runs unchanged.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise Interrupted(signum)
+        if not _armed:  # a redelivery landing while the block unwinds: it is being acted on already
+            return
+        if not _pending:
+            _pending.append(signum)
+            threading.Thread(target=_redeliver, name="seer-signal-redeliver", daemon=True).start()
+        raise Interrupted(_pending[0])
 
-    # a signal someone chose to ignore (nohup's SIGHUP) stays ignored
-    previous = {s: signal.signal(s, handler) for s in _SIGNALS
-                if s != signal.SIGINT and signal.getsignal(s) is signal.SIG_DFL}  # fmt: skip
+    def ours(s: int) -> bool:  # a signal someone chose to ignore (nohup's SIGHUP) stays ignored
+        return signal.getsignal(s) is (signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)
+
+    previous = {s: signal.signal(s, handler) for s in _SIGNALS if ours(s)}
+    _armed.append(True)
     try:
         yield
+        check_interrupted()  # the block finished although a signal came: it still counts
     finally:
+        with _lock:  # acted on: the exception is on its way out (the watchdog stops)
+            _armed.clear()
+            _pending.clear()
         for s, h in previous.items():
             signal.signal(s, h)
 
@@ -135,6 +178,99 @@ def is_collection(folder: Path) -> bool:
     )
 
 
+def export_files(folder: Path) -> set[str]:
+    """What an export written before ``FILES_RECORD`` holds of ours, from its manifest: the manifest, every graph
+    file and its weights, the weights index, and (``/``-terminated: the whole folder) the tokenizer, the goldens
+    and each build's engine folder."""
+    try:
+        data = json.loads((folder / MANIFEST_FILE).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return set()
+    graphs = data.get("graphs") if isinstance(data, dict) else None
+    if not isinstance(graphs, dict):
+        return set()
+    names = {MANIFEST_FILE, "weights.json", "goldens/", f"{data.get('tokenizer') or 'tokenizer'}/"}
+    for entry in graphs.values():
+        if isinstance(entry, dict):
+            names |= {str(entry[k]) for k in ("file", "external_data") if entry.get(k)}
+    builds = data.get("builds")
+    names |= {f"{b}/" for b in builds} if isinstance(builds, dict) else set()
+    return names
+
+
+def repository_files(folder: Path) -> set[str]:
+    """What a repository written before ``FILES_RECORD`` holds of ours: its marker and its model folders (those
+    with a ``config.pbtxt``), whole."""
+    return {REPOSITORY_MARKER} | {f"{p.name}/" for p in folder.iterdir() if (p / "config.pbtxt").is_file()}
+
+
+def record_files(folder: Path) -> None:
+    """Write ``FILES_RECORD`` into a finished output: every file below ``folder`` (links as themselves) and every
+    folder (``/``-terminated)."""
+    files, folders = [], []
+    for d, dirs, fs in os.walk(folder):
+        rel = Path(d).relative_to(folder)
+        files += [(rel / f).as_posix() for f in fs]
+        for x in dirs:
+            (files if (Path(d) / x).is_symlink() else folders).append((rel / x).as_posix())
+    record = {"tool": "seer-trt", "files": sorted(files), "folders": sorted(f"{x}/" for x in folders)}
+    (folder / FILES_RECORD).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def recorded(folder: Path) -> tuple[set[str], set[str]] | None:
+    """The files and the folders ``FILES_RECORD`` lists, or None when ``folder`` has no (readable) record."""
+    try:
+        data = json.loads((folder / FILES_RECORD).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return None
+    folders = data.get("folders") if isinstance(data.get("folders"), list) else []
+    return {f for f in data["files"] if isinstance(f, str)}, {f.rstrip("/") for f in folders if isinstance(f, str)}
+
+
+def foreign_entries(folder: Path, legacy: Callable[[Path], set[str]] | None = None) -> list[str]:
+    """Entries below ``folder`` that seer-trt did not write there: not in its ``FILES_RECORD`` (or, for a folder
+    written before records, in ``legacy(folder)``, where a name ending in ``/`` covers a whole folder). A folder
+    below with a record of its own (seer-build's engine folder inside an export) is judged by that record. A
+    folder holding nothing of ours is named whole (``my_results/``), hidden entries included: ``--force`` must
+    never delete what a user put there."""
+    record = recorded(folder)
+    if record is not None:
+        files, folders, whole = record[0], record[1], set()
+    else:
+        listed = legacy(folder) if legacy is not None else set()
+        files, folders = {n for n in listed if not n.endswith("/")}, set()
+        whole = {n.rstrip("/") for n in listed if n.endswith("/")}
+    inside = folders | {p.as_posix() for n in files for p in Path(n).parents}  # folders holding something of ours
+    foreign: list[str] = []
+
+    def walk(sub: Path, rel: str) -> None:
+        for entry in sorted(sub.iterdir()):
+            name = f"{rel}{entry.name}"
+            if not rel and (entry.name == FILES_RECORD or _is_staging(entry.name, folder.name)):
+                continue
+            if name in whole or name in files:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                if recorded(entry) is not None:
+                    foreign.extend(f"{name}/{x}" for x in foreign_entries(entry))
+                elif name in inside:
+                    walk(entry, f"{name}/")
+                else:
+                    foreign.append(f"{name}/")
+            else:
+                foreign.append(name)
+
+    walk(folder, "")
+    return foreign
+
+
+def output_above(path: Path) -> Path | None:
+    """The nearest folder above ``path`` that is an export or a repository seer-trt wrote, if any."""
+    return next((p for p in path.parents if is_export(p) or is_repository(p)), None)
+
+
 # ------------------------------------------------------------------------------------------- check the target
 
 
@@ -167,21 +303,31 @@ def is_mount(path: Path) -> bool:
 
 
 def check_target(out: str | Path, force: bool, owned: Callable[[Path], bool], flag: str = "--out",
-                 what: str = "seer-trt output") -> Target:  # fmt: skip
+                 what: str = "seer-trt output", legacy: Callable[[Path], set[str]] | None = None,
+                 nested: bool = False) -> Target:  # fmt: skip
     """Check, before any work, that ``out`` may be written; removes stale partial folders of our own.
 
     Args:
         out: the output folder.
-        force: replace an output this tool wrote (``owned``); nothing else is ever replaced.
+        force: replace an output this tool wrote (``owned``) and that holds nothing else (``foreign_entries``);
+            nothing else is ever replaced.
         owned: whether an existing non-empty folder is one this tool wrote.
         flag: the option that named it, for messages.
         what: what this tool writes, for messages ("an export", "a model repository").
+        legacy: what an output of this tool written before ``FILES_RECORD`` holds of ours.
+        nested: ``out`` belongs inside another seer-trt output (seer-build's engine folder in its export);
+            otherwise an ``out`` inside an export or a repository is refused.
 
     Raises:
-        FolderError: ``out`` is a file or under one, holds anything not ours, is ours but ``force`` is not set, or
-            nothing on the way to it is writable.
+        FolderError: ``out`` is a file or under one, inside another output, holds anything not ours, is ours but
+            ``force`` is not set, or nothing on the way to it is writable.
     """
     out = Path(out).expanduser().resolve()
+    above = None if nested else output_above(out)
+    if above is not None:
+        kind = "an export" if is_export(above) else "a model repository"
+        raise FolderError(f"{flag} {out} is inside {kind} ({above}), which seer-trt replaces whole; choose a folder "
+                          f"outside it")  # fmt: skip
     blocker = next((p for p in (out, *out.parents) if p.exists()), None)
     if out.exists() and not out.is_dir():
         raise FolderError(f"{flag} {out} is a file; expected a folder (new, empty, or {what} to replace with --force)")
@@ -199,6 +345,12 @@ def check_target(out: str | Path, force: bool, owned: Callable[[Path], bool], fl
             names = ", ".join(p.name for p in sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
             raise FolderError(f"{flag} {out} holds files seer-trt did not write ({names}) and is never replaced, not "
                               f"even with --force; choose a new or empty folder, or move them out")  # fmt: skip
+        foreign = foreign_entries(out, legacy) if entries else []
+        if foreign:
+            names = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise FolderError(f"{flag} {out} holds {what}, and also files seer-trt did not write ({names}), which are "
+                              f"never deleted, not even with --force; move them out, or choose another "
+                              f"{flag}")  # fmt: skip
         if entries and not force:
             raise FolderError(f"{flag} {out} already holds {what}; pass --force to replace it, or choose another "
                               f"{flag}")  # fmt: skip
@@ -292,6 +444,8 @@ def replace_folder(target: Target) -> Iterator[Path]:
                           f"writable folder") from None  # fmt: skip
     try:
         yield staging
+        check_interrupted()  # a signal something swallowed on the way: the previous output stays
+        record_files(staging)
         umask = os.umask(0)
         os.umask(umask)
         staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder once in place

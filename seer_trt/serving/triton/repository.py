@@ -30,7 +30,13 @@ from typing import Any
 from seer_trt.contracts.errors import ConfigError, ManifestError
 from seer_trt.contracts.graphs import GraphSpec
 from seer_trt.contracts.manifest import MANIFEST_FILE, Manifest
-from seer_trt.contracts.outfolder import check_target, is_repository, replace_folder, write_repository_marker
+from seer_trt.contracts.outfolder import (
+    check_target,
+    is_repository,
+    replace_folder,
+    repository_files,
+    write_repository_marker,
+)
 from seer_trt.contracts.policies import CacheConfig, check_cache
 from seer_trt.runtime.step_zero import step_zero_graph
 from seer_trt.serving.triton import pbtxt
@@ -220,7 +226,7 @@ def write_repository(plan: RepositoryPlan, out: str | Path, force: bool = False)
         FolderError: ``out`` is a file, holds the user's files, or is a repository and ``force`` is not set.
         ConfigError: the written repository fails its checks (nothing is moved into place then).
     """
-    target = check_target(out, force, is_repository, "--out", "a model repository")
+    target = check_target(out, force, is_repository, "--out", "a model repository", legacy=repository_files)
     with replace_folder(target) as tmp:
         for model in plan.models:
             version = tmp / model.name / VERSION
