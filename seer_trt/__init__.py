@@ -1,16 +1,31 @@
 """seer-trt runtime: Seer early-exit truncation for diffusion multimodal LLMs.
 
-Imports only numpy at module level (onnxruntime, tokenizers and PIL once a pipeline opens); torch,
-transformers and seer_export are never imported here.
+Importing the package imports nothing else: each name below is imported on first use (PEP 562), so a command
+starts, and answers Ctrl-C during start-up, at once. The runtime imports numpy (onnxruntime, tokenizers and PIL
+once a pipeline opens); torch, transformers and seer_export are never imported here.
 """
 
-from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
-from seer_trt.contracts.errors import CheckpointError, ConfigError, InputError, ManifestError, SeerError
-from seer_trt.runtime.boundary import find_boundaries
-from seer_trt.runtime.pipeline import SeerPipeline
-from seer_trt.runtime.request import Request, Result
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "GenerationConfig": "seer_trt.contracts.config",
+    "SeerConfig": "seer_trt.contracts.config",
+    "SpecialTokens": "seer_trt.contracts.config",
+    "CheckpointError": "seer_trt.contracts.errors",
+    "ConfigError": "seer_trt.contracts.errors",
+    "InputError": "seer_trt.contracts.errors",
+    "ManifestError": "seer_trt.contracts.errors",
+    "SeerError": "seer_trt.contracts.errors",
+    "find_boundaries": "seer_trt.runtime.boundary",
+    "SeerPipeline": "seer_trt.runtime.pipeline",
+    "Request": "seer_trt.runtime.request",
+    "Result": "seer_trt.runtime.request",
+}
 
 __all__ = [
     "CheckpointError",
@@ -26,3 +41,22 @@ __all__ = [
     "SpecialTokens",
     "find_boundaries",
 ]
+
+if TYPE_CHECKING:
+    from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
+    from seer_trt.contracts.errors import CheckpointError, ConfigError, InputError, ManifestError, SeerError
+    from seer_trt.runtime.boundary import find_boundaries
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request, Result
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'seer_trt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

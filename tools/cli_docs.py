@@ -192,6 +192,10 @@ def command_section(command: str, entry: str) -> str:
     module_name, function = entry.split(":")
     with fixed_terminal(command):
         module = importlib.import_module(module_name)
+        real = getattr(getattr(module, function), "command_module", None)  # a launcher (seer_trt.cli.launch)
+        if real is not None:
+            module_name, function, entry = real, "main", f"{real}:main"
+            module = importlib.import_module(module_name)
         build = getattr(module, "build_parser", None)
         parser = build() if callable(build) else caught_parser(getattr(module, function))
         body = parser_section(parser) if parser is not None else f"```\n{help_text(getattr(module, function))}\n```"

@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from seer_trt.contracts.errors import SeerError
 from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_CACHE, DEFAULT_POLICY, ORDERS, POLICIES
@@ -95,7 +95,10 @@ def run_main(prog: str, parser: argparse.ArgumentParser, work: Callable[[argpars
     """
     from seer_trt.contracts.outfolder import signals_as_interrupts
 
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt as err:
+        return interrupted(prog, err, False, atomic)
     verbose = getattr(args, "verbose", False)
     try:
         if signals:
@@ -106,17 +109,149 @@ def run_main(prog: str, parser: argparse.ArgumentParser, work: Callable[[argpars
         return interrupted(prog, err, verbose, atomic)
     except (SeerError, OSError) as err:
         return fail(prog, err, verbose)
+    except ImportError as err:  # Ctrl-C inside an extension module's import fails that import instead
+        from seer_trt.cli import by_interrupt
+
+        interrupt = by_interrupt(err)
+        if interrupt is None:
+            raise
+        return interrupted(prog, interrupt, verbose, atomic)
 
 
-def write_output(path: Path | None, text: str) -> None:
-    """``text`` to the file at ``path`` (never half-written: a partial file is swapped in when complete), or to
-    stdout when ``path`` is None."""
+def check_output(path: Path | None, flag: str = "--output") -> None:
+    """Refuse, before any work, an output file that cannot be written: a folder, or in a folder that does not exist
+    (no folder is created that the user did not ask for).
+
+    Raises:
+        InputError: naming ``flag`` and what to do.
+    """
+    from seer_trt.contracts.errors import InputError
+
+    if path is None:
+        return
+    if path.is_dir():
+        raise InputError(f"{flag} {path} is a folder; name a file (for example {path / 'out.jsonl'})")
+    parent = path.parent
+    if not parent.is_dir():
+        raise InputError(f"{flag} {path}: the folder {parent} does not exist; create it first (mkdir -p {parent})")
+
+
+def write_output(path: Path | None, text: str, flag: str = "--output") -> None:
+    """``text`` to the file at ``path``, or to stdout when ``path`` is None.
+
+    Never half-written: the text goes to a staging file of this process's own next to ``path`` (so processes
+    writing the same output never share one), renamed onto it once complete; on any failure the staging file is
+    removed.
+
+    Raises:
+        InputError: see ``check_output``.
+    """
+    import os
+    import tempfile
+
     if path is None:
         sys.stdout.write(text)
         return
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
-    tmp.replace(path)
+    check_output(path, flag)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the output is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+JSONL_LINE_SLACK = 2**16  # bytes of a request line besides its text: field names, settings, an image path
+
+
+def jsonl_line_limit(max_chars: int) -> int:
+    """The most bytes one JSONL request line may take: its text at ``max_chars`` characters, each written as JSON
+    escapes at worst (12 bytes: a surrogate pair of ``\\uXXXX``), plus ``JSONL_LINE_SLACK``."""
+    return 12 * max_chars + JSONL_LINE_SLACK
+
+
+def read_jsonl(path: Path, max_line_bytes: int, flag: str = "--input") -> list[tuple[int, Any]]:
+    """The request lines of a JSONL file (``-``: stdin), each as (line number, decoded JSON value or the line's
+    error as ``line N: ...``); blank lines are skipped. Reads line by line, never holding more than
+    ``max_line_bytes`` of one line: a longer line is skipped to its end and becomes its error.
+
+    Raises:
+        InputError: the file cannot be read, is not a regular file or a pipe, or holds no request.
+    """
+    import codecs
+    import json
+    import stat
+
+    from seer_trt.contracts.errors import InputError
+
+    out: list[tuple[int, Any]] = []
+    try:
+        if str(path) == "-":
+            stream = getattr(sys.stdin, "buffer", None)
+            if stream is None:  # a text stream without a buffer (tests): as given
+                import io
+
+                stream = io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))
+            close = False
+        else:
+            mode = path.stat().st_mode
+            if stat.S_ISDIR(mode):
+                raise InputError(f"{flag} {path} is a folder; pass a JSONL file")
+            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+                raise InputError(f"{flag} {path} is not a regular file; pass a JSONL file")
+            stream = open(path, "rb")  # noqa: SIM115 - closed below
+            close = True
+    except FileNotFoundError:
+        raise InputError(f"{flag} {path} does not exist; pass a JSONL file") from None
+    except OSError as err:
+        raise InputError(f"cannot read {flag} {path} ({err.strerror or err}); pass a JSONL file") from None
+    try:
+        number = 0
+        while True:
+            raw = stream.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            number += 1
+            if number == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                size = len(raw)
+                while raw and not raw.endswith(b"\n"):  # the rest of the line, a bounded chunk at a time
+                    raw = stream.readline(2**20)
+                    size += len(raw)
+                size -= raw.endswith(b"\n")
+                out.append((number, f"line {number}: {size} bytes, more than the "
+                                    f"{max_line_bytes} a request line may hold (its text past what the largest "
+                                    f"prompt bucket holds); shorten it"))  # fmt: skip
+                continue
+            raw = raw.rstrip(b"\r\n")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                out.append((number, f"line {number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                                    f"{err.start + 1}); write the file as UTF-8"))  # fmt: skip
+                continue
+            if not line.strip():
+                continue
+            try:
+                out.append((number, json.loads(line)))
+            except json.JSONDecodeError as err:
+                out.append((number, f"line {number}: not JSON ({err.msg})"))
+            except RecursionError:
+                out.append((number, f"line {number}: nested too deeply to be a request"))
+    except OSError as err:
+        raise InputError(f"cannot read {flag} {path} ({err.strerror or err}); pass a JSONL file") from None
+    finally:
+        if close:
+            stream.close()
+    if not out:
+        raise InputError(f"{flag} {path} holds no requests; write one JSON object per line")
+    return out
 
 
 def command_line(prog: str, argv: list[str] | None) -> str:

@@ -6,7 +6,9 @@ Out: C++ requests (``cpp/build/seer_run --input``, ``seer::Request``): ``prompt_
      own template and tokenizer, through the runtime's own encoder (``PromptFormat.ids``: user text never becomes
      control tokens, ``<image>`` is prepended when an image comes without one, ``IMAGE_PLACEHOLDER`` marks where its
      features go), and the image as preprocessed float32 pixel tiles [tiles, 3, S, S] in a ``.npy`` file
-     (``image_tiles``; anyres exports also get ``image_grid`` and ``image_size``). Other fields pass through.
+     (``image_tiles``; anyres exports also get ``image_grid`` and ``image_size``). Other fields pass through. A line
+     that cannot be converted becomes ``{"error": "line N: ..."}`` in its place (the C++ ``seer_run`` answers it
+     with that error) and the others are converted; exit status 1 then.
 
 The C++ runtime reads no tokenizer for prompts: a chat template is Jinja and LLaDA-V's tokenizer is BPE, both
 already done right here; so a C++ service either calls this once per prompt or ports its tokenizer's encoder.
@@ -20,7 +22,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seer_trt.cli.common import Parser, add_engines, add_verbose, run_main, write_output
+from seer_trt.cli.common import (
+    Parser,
+    add_engines,
+    add_verbose,
+    check_output,
+    jsonl_line_limit,
+    read_jsonl,
+    run_main,
+    write_output,
+)
 from seer_trt.contracts.errors import InputError, SeerError
 from seer_trt.serving.cpp import CppRequests
 
@@ -44,12 +55,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(PROG, build_parser(), work, argv, atomic=False)  # files are written in place
+    return run_main(PROG, build_parser(), work, argv)
 
 
 def work(args: argparse.Namespace) -> int:
     if args.input is not None and (args.image or args.tiles or args.system is not None):
         raise InputError("--image, --system and --tiles go with --prompt; in --input each request has its own")
+    if args.prompt is not None and args.tiles_dir is not None:
+        raise InputError("--tiles-dir goes with --input; for --prompt, name the file with --tiles FILE.npy")
+    if args.prompt is not None and (args.image is None) != (args.tiles is None):
+        raise InputError("--image and --tiles go together: --tiles names the .npy file the image's tiles go to")
+    check_output(args.output)
+    check_output(args.tiles, "--tiles")
+    if args.tiles_dir is not None:
+        if args.tiles_dir.exists() and not args.tiles_dir.is_dir():
+            raise InputError(f"--tiles-dir {args.tiles_dir} is a file; name a folder")
+        if not args.tiles_dir.parent.is_dir():
+            raise InputError(f"--tiles-dir {args.tiles_dir}: the folder {args.tiles_dir.parent} does not exist; create "
+                             f"it first (mkdir -p {args.tiles_dir})")  # fmt: skip
     conv = CppRequests(args.engines)
     if args.prompt is not None:
         data: dict[str, Any] = {"prompt": args.prompt}
@@ -57,29 +80,25 @@ def work(args: argparse.Namespace) -> int:
             data["image"] = str(args.image)
         if args.system is not None:
             data["system"] = args.system
-        lines = [json.dumps(conv.convert(data, args.tiles))]
-    else:
-        try:
-            text = args.input.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise InputError(f"cannot read --input {args.input} ({err}); pass a UTF-8 JSONL file") from None
-        tiles_dir = args.tiles_dir
-        lines = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
+        write_output(args.output, json.dumps(conv.convert(data, args.tiles)) + "\n")
+        return 0
+    lines, failed = [], 0
+    for number, data in read_jsonl(args.input, jsonl_line_limit(conv.prompts.max_chars)):
+        error = data if isinstance(data, str) else None
+        if error is None:
+            path = None if args.tiles_dir is None else args.tiles_dir / f"{number}.npy"
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"line {number}: not JSON ({err.msg})") from None
-            path = None if tiles_dir is None else tiles_dir / f"{number}.npy"
-            try:
+                if path is not None and isinstance(data, dict) and data.get("image") is not None:
+                    args.tiles_dir.mkdir(exist_ok=True)  # the folder asked for, not its parents
                 lines.append(json.dumps(conv.convert(data, path)))
+                continue
             except SeerError as err:
-                raise InputError(f"line {number}: {err}") from None
-    text = "".join(line + "\n" for line in lines)
-    write_output(args.output, text)
-    return 0
+                error = f"line {number}: {err}"
+        failed += 1
+        lines.append(json.dumps({"error": error}))  # in its place: the C++ seer_run answers it with this error
+    write_output(args.output, "".join(line + "\n" for line in lines))
+    print(f"{PROG}: {len(lines) - failed} converted, {failed} failed", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

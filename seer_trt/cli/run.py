@@ -13,10 +13,10 @@ Out: the answer text (or, with ``--json``, the whole result); with ``--input``, 
 from __future__ import annotations
 
 import argparse
-import codecs
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from seer_trt.cli.common import (
     Parser,
@@ -25,10 +25,13 @@ from seer_trt.cli.common import (
     add_engines,
     add_generation,
     add_verbose,
+    check_output,
+    jsonl_line_limit,
+    read_jsonl,
     run_main,
     write_output,
 )
-from seer_trt.contracts.errors import InputError, SeerError
+from seer_trt.contracts.errors import ConfigError, InputError, SeerError
 
 PROG = "seer-run"
 
@@ -53,39 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def read_requests(path: Path, overrides: dict):
-    """Requests from a JSONL file; a line that is not a valid request (not UTF-8, not JSON, a bad field) becomes its
-    error, the rest go on."""
+def read_requests(path: Path, overrides: dict, max_line_bytes: int) -> list[tuple[int, Any]]:
+    """Requests from a JSONL file, each with its line number; a line that is not a valid request (too long, not
+    UTF-8, not JSON, a bad field) becomes its error, the rest go on."""
     from seer_trt.runtime.request import Request
 
-    try:
-        if str(path) == "-":  # bytes, so a bad line fails alone (a text stream without a buffer: as given)
-            stdin = getattr(sys.stdin, "buffer", None)
-            data = stdin.read() if stdin is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
-        else:
-            data = path.read_bytes()
-    except OSError as err:
-        raise InputError(f"cannot read --input {path} ({err.strerror}); pass a JSONL file") from None
-    data = data.removeprefix(codecs.BOM_UTF8)
-    out: list[Request | str] = []
-    for number, raw in enumerate(data.splitlines(), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            out.append(f"line {number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1}); write the "
-                       f"file as UTF-8")  # fmt: skip
-            continue
-        if not line.strip():
+    out: list[tuple[int, Any]] = []
+    for number, data in read_jsonl(path, max_line_bytes):
+        if isinstance(data, str):  # the line's error
+            out.append((number, data))
             continue
         try:
-            data = json.loads(line)
-            out.append(Request.from_dict({**overrides, **data} if isinstance(data, dict) else data))
-        except json.JSONDecodeError as err:
-            out.append(f"line {number}: not JSON ({err.msg})")
+            out.append((number, Request.from_dict({**overrides, **data} if isinstance(data, dict) else data)))
         except (SeerError, TypeError) as err:
-            out.append(f"line {number}: {err}")
-    if not out:
-        raise InputError(f"--input {path} holds no requests; write one JSON object per line")
+            out.append((number, f"line {number}: {err}"))
     return out
 
 
@@ -109,9 +93,17 @@ def work(args: argparse.Namespace) -> int:
         overrides["early_stop"] = True
     if args.input is not None and args.image is not None:
         raise InputError("--image goes with --prompt; in --input, give each request an 'image' path")
-    cache = dataclasses.replace(
-        DEFAULT_CACHE, mode=args.cache, refresh=args.refresh_interval, order=args.forecast_order
-    )  # a request's own "cache" keys override it
+    if args.input is not None and args.json:
+        raise InputError("--json goes with --prompt; --input always writes one JSON result per line")
+    if args.prompt is not None and args.output is not None:
+        raise InputError("--output goes with --input; --prompt prints its answer (redirect it to a file)")
+    check_output(args.output)
+    try:  # a request's own "cache" keys override it
+        cache = dataclasses.replace(
+            DEFAULT_CACHE, mode=args.cache, refresh=args.refresh_interval, order=args.forecast_order
+        )
+    except ConfigError as err:
+        raise InputError(f"{err} (command-line flags)") from None
     pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
                                       threads=args.threads, policy=args.policy, verify=args.verify,
                                       cuda_graphs=args.cuda_graphs, cache=cache)  # fmt: skip
@@ -120,18 +112,21 @@ def work(args: argparse.Namespace) -> int:
     except InputError as err:
         raise InputError(f"{str(err).removeprefix('request settings: ')} (command-line flags)") from None
     if args.input is None:
-        requests: list = [Request(args.prompt, args.image, **overrides)]
-    else:
-        requests = read_requests(args.input, overrides)
-    valid = [r for r in requests if isinstance(r, Request)]
-    answers = iter(pipe.generate(valid)) if valid else iter(())
-    results = [next(answers) if isinstance(r, Request) else Result.failed(r) for r in requests]
-    if args.input is None:
-        result = results[0]
+        result = pipe.generate([Request(args.prompt, args.image, **overrides)])[0]
         if not result.ok:
             raise InputError(result.error)
         print(json.dumps(result.to_dict()) if args.json else result.text)
         return 0
+    requests = read_requests(args.input, overrides, jsonl_line_limit(pipe.prompts.max_chars))
+    valid = [r for _, r in requests if isinstance(r, Request)]
+    answers = iter(pipe.generate(valid)) if valid else iter(())
+    results = []
+    for number, r in requests:
+        if not isinstance(r, Request):
+            results.append(Result.failed(r))
+            continue
+        result = next(answers)  # an error found at run time (its image, its length) names its line too
+        results.append(result if result.ok else dataclasses.replace(result, error=f"line {number}: {result.error}"))
     lines = "".join(json.dumps(r.to_dict()) + "\n" for r in results)
     write_output(args.output, lines)
     failed = sum(not r.ok for r in results)

@@ -41,8 +41,8 @@ class CacheConfig:
             raise ConfigError(f"cache policy {self.mode!r} is not one of {CACHE_MODES}; pass --cache none, reuse or "
                               f"forecast")  # fmt: skip
         if isinstance(self.refresh, bool) or not isinstance(self.refresh, numbers.Integral) or self.refresh < 1:
-            raise ConfigError(f"refresh interval {self.refresh!r}: expected a whole number of steps >= 1 (1: every "
-                              f"step computes the prompt)")  # fmt: skip
+            raise ConfigError(f"refresh interval {self.refresh!r} (--refresh-interval, a request's refresh_interval): "
+                              f"expected a whole number of steps >= 1 (1: every step computes the prompt)")  # fmt: skip
         if self.order not in ORDERS:
             raise ConfigError(f"forecast order {self.order!r} is not one of {ORDERS}")
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, numbers.Real) or not 0 < self.alpha < 10:

@@ -223,7 +223,7 @@ class CppRequests:
         self.manifest = Manifest.read(folder)
         self.prompts = PromptFormat(folder, self.manifest)  # the tokenizer and the template only: no graph runs
         v = self.manifest.vision
-        self.limits = ImageLimits(v.max_image_pixels, v.max_image_bytes)
+        self.limits = ImageLimits.of(v)
 
     def tiles(self, image: Any) -> tuple[np.ndarray, dict[str, Any]]:
         """The image's normalised pixel tiles [tiles, 3, S, S] float32, and the fields anyres merging needs."""
@@ -250,7 +250,33 @@ class CppRequests:
             if tiles_path is None:
                 raise InputError("an image needs a file for its tiles; pass --tiles FILE.npy (or --tiles-dir DIR)")
             tiles, extra = self.tiles(request.image)
-            tiles_path.parent.mkdir(parents=True, exist_ok=True)
-            np.save(tiles_path, tiles)
+            save_npy(tiles_path, tiles)
             out.update(image_tiles=str(tiles_path), **extra)
         return out
+
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """``array`` as a .npy file at exactly ``path`` (``np.save`` given a name would add ``.npy``), written whole or
+    not at all: through a staging file of this process's own, renamed onto ``path``. No folder is created.
+
+    Raises:
+        InputError: the folder of ``path`` does not exist, or ``path`` is a folder.
+    """
+    import os
+    import tempfile
+
+    if path.is_dir():
+        raise InputError(f"tiles file {path} is a folder; name a .npy file")
+    if not path.parent.is_dir():
+        raise InputError(f"tiles file {path}: the folder {path.parent} does not exist; create it first")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
