@@ -39,6 +39,7 @@ from seer_trt.contracts.manifest import MANIFEST_FILE
 REPOSITORY_MARKER = ".seer-triton.json"  # written at the root of every repository seer-triton writes
 FILES_RECORD = ".seer-files.json"  # every output folder's list of the files seer-trt wrote in it (replace_folder)
 COLLECTION_README = "README.md"  # the one plain file a folder of exports may hold
+LEGACY_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")  # what exports copy
 LEGACY_STALE_S = 3600  # a partial folder of an older seer-trt (no owner in its name) untouched this long is stale
 _SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
@@ -180,8 +181,8 @@ def is_collection(folder: Path) -> bool:
 
 def export_files(folder: Path) -> set[str]:
     """What an export written before ``FILES_RECORD`` holds of ours, from its manifest: the manifest, every graph
-    file and its weights, the weights index, and (``/``-terminated: the whole folder) the tokenizer, the goldens
-    and each build's engine folder."""
+    file and its weights, the weights index, the tokenizer files, and (``/``-terminated: the whole folder) the
+    goldens and each build's engine folder."""
     try:
         data = json.loads((folder / MANIFEST_FILE).read_text())
     except (OSError, UnicodeDecodeError, ValueError):
@@ -189,7 +190,8 @@ def export_files(folder: Path) -> set[str]:
     graphs = data.get("graphs") if isinstance(data, dict) else None
     if not isinstance(graphs, dict):
         return set()
-    names = {MANIFEST_FILE, "weights.json", "goldens/", f"{data.get('tokenizer') or 'tokenizer'}/"}
+    tok = data.get("tokenizer") or "tokenizer"
+    names = {MANIFEST_FILE, "weights.json", "goldens/", *(f"{tok}/{f}" for f in LEGACY_TOKENIZER_FILES)}
     for entry in graphs.values():
         if isinstance(entry, dict):
             names |= {str(entry[k]) for k in ("file", "external_data") if entry.get(k)}
