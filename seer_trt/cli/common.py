@@ -146,24 +146,13 @@ def write_output(path: Path | None, text: str, flag: str = "--output") -> None:
     Raises:
         InputError: see ``check_output``.
     """
-    import os
-    import tempfile
+    from seer_trt.contracts.outfolder import write_file
 
     if path is None:
         sys.stdout.write(text)
         return
     check_output(path, flag)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the output is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file(path, lambda f: f.write(text.encode("utf-8")))
 
 
 JSONL_LINE_SLACK = 2**16  # bytes of a request line besides its text: field names, settings, an image path

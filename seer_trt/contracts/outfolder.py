@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from seer_trt.contracts.errors import SeerError
 from seer_trt.contracts.manifest import MANIFEST_FILE
@@ -139,6 +140,30 @@ def _signals_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+# --------------------------------------------------------------------------------------------- output files
+
+
+def write_file(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """A file at ``path`` written whole or not at all: ``write`` fills a staging file of this process's own in the
+    same folder (``.NAME.partial-PID-*``, so processes writing one output never share it), which is renamed onto
+    ``path`` once complete and removed on any failure, Ctrl-C included. No folder is created.
+
+    Raises:
+        OSError: the folder is missing or not writable, or writing fails (nothing is left then).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the output is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # --------------------------------------------------------------------------------------------- what is ours

@@ -7,25 +7,25 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from seer_trt.contracts.outfolder import write_file
+
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """``data`` as indented JSON at ``path``, never half-written."""
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    """``data`` as indented JSON at ``path``, never half-written (``write_file``)."""
+    text = json.dumps(data, indent=2) + "\n"
+    write_file(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
-    """A matplotlib figure as a PNG at ``path`` (folder made), never half-written; the figure is closed."""
+    """A matplotlib figure as a PNG at ``path`` (folder made), never half-written (``write_file``); the figure is
+    closed."""
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial.png")
     try:
-        fig.savefig(tmp, dpi=dpi)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, lambda f: fig.savefig(f, dpi=dpi, format="png"))
     finally:
         plt.close(fig)
-    tmp.replace(path)
 
 
 def git_sha() -> str | None:

@@ -262,21 +262,10 @@ def save_npy(path: Path, array: np.ndarray) -> None:
     Raises:
         InputError: the folder of ``path`` does not exist, or ``path`` is a folder.
     """
-    import os
-    import tempfile
+    from seer_trt.contracts.outfolder import write_file
 
     if path.is_dir():
         raise InputError(f"tiles file {path} is a folder; name a .npy file")
     if not path.parent.is_dir():
         raise InputError(f"tiles file {path}: the folder {path.parent} does not exist; create it first")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file(path, lambda f: np.save(f, array))
