@@ -282,6 +282,171 @@ def test_force_replaces_a_repository_and_help_is_light(fixture_export, cpu_repo,
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+# ---- client errors and limits, without a server ----------------------------------------------------------------
+
+
+class WireTensor:
+    def __init__(self, value) -> None:
+        self.value = np.asarray(value, dtype=np.object_ if isinstance(value[0][0], bytes) else None)
+
+    def as_numpy(self):
+        return self.value
+
+
+class WireError:
+    INTERNAL, INVALID_ARG = "INTERNAL", "INVALID_ARG"  # the Python backend's TritonError codes
+
+    def __init__(self, message: str, code: str = "INTERNAL") -> None:
+        self.text, self.code = message, code
+
+
+class WireResponse:
+    def __init__(self, output_tensors=(), error=None) -> None:
+        self.outputs, self.error = {t.name: t for t in output_tensors}, error
+
+
+class WireTritonTensor:
+    def __init__(self, name: str, value) -> None:
+        self.name, self.value = name, value
+
+
+def wire_pb(error=WireError) -> types.SimpleNamespace:
+    """The little of ``triton_python_backend_utils`` that ``read_request`` and ``Model.execute`` use."""
+    return types.SimpleNamespace(get_input_tensor_by_name=lambda request, name: request.get(name), TritonError=error,
+                                 InferenceResponse=WireResponse, Tensor=WireTritonTensor)  # fmt: skip
+
+
+def wire_request(prompt, image: bytes | None = None) -> dict:
+    request = {"prompt": WireTensor([[prompt]])}
+    if image is not None:
+        request["image"] = WireTensor([[image]])
+    return request
+
+
+def test_read_request_measures_prompt_and_image_bytes_before_decoding():
+    from seer_trt.contracts.errors import InputError
+    from seer_trt.serving.triton.orchestrator import ByteLimits, read_request
+
+    pb, limits = wire_pb(), ByteLimits(prompt_chars=10, image_bytes=100)
+    assert limits.prompt_bytes == 40  # UTF-8: at most 4 bytes a character
+    (request,) = read_request(pb, wire_request("é".encode() * 20, b"x" * 100), limits)  # 40 bytes, 20 characters
+    assert request.prompt == "é" * 20 and request.image == b"x" * 100
+    # invalid UTF-8 past the limit: refused for its size, so it was never decoded
+    with pytest.raises(InputError) as err:
+        read_request(pb, wire_request(b"\xff" * 41), limits)
+    assert (
+        str(err.value)
+        == "prompt is 41 bytes, more than the 40 accepted (4 per character of the 10 max_prompt_chars); shorten it"
+    )
+    with pytest.raises(InputError, match=r"^image is 101 bytes, more than the 100 accepted \(max_image_bytes\)"):
+        read_request(pb, wire_request(b"count", b"x" * 101), limits)
+    with pytest.raises(InputError, match="not UTF-8"):  # within the limit: decoded, and refused for what it holds
+        read_request(pb, wire_request(b"\xff" * 40), limits)
+    assert len(read_request(pb, wire_request(b"a" * 10**6))) == 1  # no limits given: none applied here
+
+
+class FakePipeline:
+    """``Model.execute``'s view of ``SeerPipeline``: its limits and ``generate``, answering by prompt."""
+
+    def __init__(self) -> None:
+        self.prompts = types.SimpleNamespace(max_chars=10)
+        self.image_limits = types.SimpleNamespace(bytes=100)
+
+    def generate(self, requests: list) -> list:
+        from seer_trt.runtime.request import Result
+
+        if any(r.prompt == "crash" for r in requests):
+            raise RuntimeError("the denoise component is gone")
+        return [Result.failed("bad gen_length", "input") if r.prompt == "bad"
+                else Result.failed("a component failed", "internal") if r.prompt == "broken"
+                else Result("ok", (1,), (1,), 1, 1, 1, {}) for r in requests]  # fmt: skip
+
+
+def test_client_errors_answer_invalid_arg_and_other_failures_internal():
+    from seer_trt.serving.triton.orchestrator import Model
+
+    model = Model.__new__(Model)  # what Model.__init__ builds inside the server, without the server
+    model.pb, model.pipeline = wire_pb(), FakePipeline()
+    prompts = [b"ok", b"\xff", b"a" * 41, 7, b"bad", b"broken", b"crash", b"ok"]
+    responses = model.execute([wire_request(p) for p in prompts])
+    codes = [r.error.code if r.error else None for r in responses]
+    assert codes == [None, "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INTERNAL", "INTERNAL", None]
+    assert "not UTF-8" in responses[1].error.text and "41 bytes, more than the 40" in responses[2].error.text
+    assert responses[6].error.text == "RuntimeError: the denoise component is gone"
+    assert responses[7].outputs["text"].value.tolist() == [[b"ok"]]  # the others are answered
+
+    class OldError:  # a Python backend before error codes: TritonError(message) only
+        def __init__(self, message: str) -> None:
+            self.text, self.code = message, "INTERNAL"
+
+    model.pb = wire_pb(OldError)
+    responses = model.execute([wire_request(b"\xff"), wire_request(b"ok")])
+    assert responses[0].error.code == "INTERNAL" and "not UTF-8" in responses[0].error.text
+    assert responses[1].error is None
+
+
+SERVER_LOG = (
+    """W1201 16:29:01.427477 18412 pinned_memory_manager.cc:273] "Unable to allocate pinned system memory"
+E1201 16:29:01.427758 18412 server.cc:241] "CudaDriverHelper has not been initialized."
+E1201 16:29:01.429300 18412 model_lifecycle.cc:654] "failed to load 'seer' version 1: Internal: RuntimeError: """
+    + "x" * 500
+    + """"
+E1201 16:29:01.429301 18412 model_lifecycle.cc:654] "a later error"
++----------------------------------+----------+
+| server_version                   | 2.51.0   |
++----------------------------------+----------+
+error: creating server: Internal - failed to load all models
+"""
+)
+
+
+def test_first_error_quotes_the_cause_not_the_log():
+    from seer_trt.serving.triton.local import CAUSE_CHARS, first_error
+
+    cause = first_error(SERVER_LOG)
+    first, exit_line = cause.split("; ")
+    assert first.startswith("failed to load 'seer' version 1: Internal: RuntimeError: xxx") and first.endswith("...")
+    assert len(first) == CAUSE_CHARS and exit_line == "creating server: Internal - failed to load all models"
+    assert first_error("I1201 16:29:01.1 1 server.cc:1] starting\nno errors here\n") == "no errors here"
+    assert first_error("") == "the log is empty"
+
+
+@pytest.fixture
+def fake_install(tmp_path) -> Path:
+    """A complete-looking install whose tritonserver only records that it was started."""
+    home = tmp_path / "home"
+    install = ServerInstall(home)
+    for folder in (install.binary.parent, install.libs, install.python.parent):
+        folder.mkdir(parents=True)
+    install.binary.write_text(f"#!/bin/sh\ntouch {tmp_path / 'started'}\n")
+    install.binary.chmod(0o755)
+    install.python.symlink_to(sys.executable)
+    install.stamp.write_text("fake\n")
+    return home
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda tmp: tmp / "missing", "does not exist; write one with seer-triton"),
+        (lambda tmp: tmp, "is not a model repository seer-triton wrote (it has no .seer-triton.json)"),
+    ],
+)
+def test_serve_refuses_a_folder_that_is_no_repository_before_starting(fake_install, tmp_path, make, words):
+    import os
+    import time
+
+    env = {**os.environ, "SEER_TRITON_HOME": str(fake_install)}
+    cmd = [sys.executable, "-m", "seer_trt.serving.triton.local", "serve", "--repo", str(make(tmp_path))]
+    start = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    print(f"{' '.join(cmd[1:])}: exit {out.returncode} in {time.monotonic() - start:.2f} s: {out.stderr.strip()}")
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1 and words in out.stderr, out.stderr
+    assert out.stderr.startswith("seer-triton local: error: ")
+    assert not (tmp_path / "started").exists()  # the server was never started
+
+
 # ---- the real server -------------------------------------------------------------------------------------------
 
 
@@ -459,26 +624,179 @@ def test_concurrent_requests_are_all_answered(clients, expected):
     assert stats["inference_count"] >= CONCURRENT and stats["execution_count"] <= stats["inference_count"]
 
 
+def raw_prompt(module, prompt: bytes) -> list:
+    tensor = module.InferInput("prompt", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[prompt]], dtype=np.object_))
+    return [tensor]
+
+
+@pytest.fixture(scope="module")
+def max_chars(fixture_export) -> int:
+    """The most characters of prompt the served pipeline accepts (the orchestrator's PromptFormat.max_chars)."""
+    from seer_trt.runtime.prompt import PromptFormat
+
+    folder, manifest, _ = fixture_export
+    return PromptFormat(folder, manifest).max_chars
+
+
+STATUS = {"grpc": {"input": "StatusCode.INVALID_ARGUMENT", "internal": "StatusCode.INTERNAL"},
+          "http": {"input": "400", "internal": "500"}}  # fmt: skip
+
+
 @pytest.mark.serving
 @pytest.mark.parametrize(
     "build, words",
     [
-        (lambda m: inputs(m, Case(""))[:1], "the prompt is empty"),
-        (lambda m: inputs(m, Case("count to 3 .", image=b"not a png")), "not a readable image"),
-        (lambda m: inputs(m, Case("count to 3 .", gen_length=100000)), "exceeds the largest answer bucket"),
-        (lambda m: inputs(m, Case("count to 3 ."))[1:], "prompt"),  # the required input left out
-        (lambda m: inputs(m, Case("count to 3 ."), prompt_dtype="INT32"), "prompt"),  # wrong data type
+        (lambda m, n: inputs(m, Case(""))[:1], "the prompt is empty"),
+        (lambda m, n: inputs(m, Case("count to 3 .", image=b"not a png")), "not a readable image"),
+        (lambda m, n: inputs(m, Case("count to 3 .", gen_length=100000)), "exceeds the largest answer bucket"),
+        (lambda m, n: inputs(m, Case("count to 3 ."))[1:], "prompt"),  # the required input left out
+        (lambda m, n: inputs(m, Case("count to 3 ."), prompt_dtype="INT32"), "prompt"),  # wrong data type
+        (lambda m, n: raw_prompt(m, b"count to \xff ."), "prompt is not UTF-8"),
+        (lambda m, n: raw_prompt(m, b"a" * (n + 1)), "characters, more than the"),  # refused before tokenizing
+        (lambda m, n: raw_prompt(m, b"a" * (4 * n + 1)), "bytes, more than the"),  # refused before decoding
     ],
 )
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_malformed_request_gets_an_error_and_the_server_keeps_serving(clients, expected, protocol, build, words):
+def test_malformed_request_gets_an_error_and_the_server_keeps_serving(clients, expected, max_chars, protocol, build,
+                                                                      words):  # fmt: skip
     client = getattr(clients, protocol)
     module = getattr(clients, f"{protocol}client")
     with pytest.raises(Exception) as err:  # noqa: B017 - the client's own exception type, checked by name below
-        client.infer("seer", build(module))
+        client.infer("seer", build(module, max_chars))
     assert type(err.value).__name__ == "InferenceServerException"
     assert words in str(err.value), str(err.value)
+    assert err.value.status() == STATUS[protocol]["input"], str(err.value)  # a client error, not the server's
     assert client.is_server_live() and client.is_model_ready("seer")
+    assert answer(client.infer("seer", inputs(module, CASES[0]))) == wanted(expected[0])
+
+
+@pytest.mark.serving
+def test_a_server_failure_stays_internal(cpu_repo, triton_install, tmp_path):
+    """The orchestrator without its denoising components: a well-formed request fails in the server, INTERNAL /
+    500, while a client's error there is still INVALID_ARGUMENT / 400."""
+    import re
+
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy2(cpu_repo / ".seer-triton.json", repo)
+    for model in ("seer", "seer_embed", "seer_vision"):  # the prompt is embedded, the denoising graphs are missing
+        shutil.copytree(cpu_repo / model, repo / model)
+    with LocalServer(repo, ServerInstall.find(triton_install.home), start_timeout=600) as running:
+        for protocol, module, url in (("http", httpclient, running.http_url), ("grpc", grpcclient, running.grpc_url)):
+            client = module.InferenceServerClient(url)
+            with pytest.raises(Exception) as err:  # noqa: B017 - the client's own exception type, checked below
+                client.infer("seer", inputs(module, Case("count to 3 .")))
+            assert type(err.value).__name__ == "InferenceServerException"
+            assert re.search(r"^model 'seer_(step_zero|denoise)' \(\w+\) failed: ", err.value.message()), str(err.value)
+            assert err.value.status() == STATUS[protocol]["internal"], str(err.value)
+            with pytest.raises(Exception) as err:  # noqa: B017 - and a client's error there is still the client's
+                client.infer("seer", raw_prompt(module, b" "))
+            assert err.value.status() == STATUS[protocol]["input"] and "the prompt is empty" in err.value.message()
+            client.close()
+
+
+@pytest.mark.serving
+def test_a_component_called_directly_answers_a_bad_value_with_400(clients):
+    ids = clients.httpclient.InferInput("input_ids", [1, 1], "INT64")
+    ids.set_data_from_numpy(np.array([[10**9]], dtype=np.int64))  # no such token: ONNX Runtime's InvalidArgument
+    with pytest.raises(Exception) as err:  # noqa: B017 - the client's own exception type, checked below
+        clients.http.infer("seer_embed", [ids])
+    assert err.value.status() == "400" and "model 'seer_embed': " in err.value.message(), str(err.value)
+    assert "out of data bounds" in err.value.message()
+
+
+@pytest.mark.serving
+def test_serve_names_the_first_error_tritonserver_logged(triton_install, tmp_path):
+    """A repository tritonserver cannot load: one line, the cause first (not the server's 3,000-character log)."""
+    import os
+    import time
+
+    repo = tmp_path / "repo"
+    (repo / "bad" / "1").mkdir(parents=True)
+    (repo / ".seer-triton.json").write_text("{}\n")
+    (repo / "bad" / "config.pbtxt").write_text('name: "bad"\nbackend: "python"\nmax_batch_size: many\n')
+    env = {**os.environ, "SEER_TRITON_HOME": str(triton_install.home)}
+    cmd = [sys.executable, "-m", "seer_trt.serving.triton.local", "serve", "--repo", str(repo)]
+    start = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    print(f"{' '.join(cmd[1:])}: exit {out.returncode} in {time.monotonic() - start:.2f} s: {out.stderr.strip()}")
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+    cause = f"seer-triton local: error: tritonserver could not start: Poll failed for model directory 'bad': " \
+            f"failed to read text proto from {repo / 'bad' / 'config.pbtxt'}; creating server: "  # fmt: skip
+    assert out.stderr.startswith(cause) and len(out.stderr) < 600, out.stderr
+    log = Path(out.stderr.rsplit("whole log: ", 1)[1].rstrip(")\n"))
+    assert "Expected integer, got: many" in log.read_text()  # the whole log is kept, for the details
+    log.unlink()
+
+
+def server_memory(server: LocalServer) -> dict[int, tuple[int, int]]:
+    """(VmRSS, RssShmem) bytes of each process in the server's process group: tritonserver and its Python-backend
+    stubs, read from /proc."""
+    import re
+
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pgrp = int(stat.read_text().rsplit(")", 1)[1].split()[2])  # after "pid (comm)": state, ppid, pgrp
+            if pgrp == server.process.pid:
+                status = (stat.parent / "status").read_text()
+                found[int(stat.parent.name)] = tuple(int(re.search(rf"{k}:\s+(\d+) kB", status)[1]) * 1024
+                                                     for k in ("VmRSS", "RssShmem"))  # fmt: skip
+        except (OSError, TypeError):  # a process that ended meanwhile
+            continue
+    return found
+
+
+def resident(server: LocalServer, memory: dict[int, tuple[int, int]]) -> int:
+    """Bytes the server holds: every VmRSS, a stub's shared memory (its region, which tritonserver maps and
+    counts too) once."""
+    return sum(rss if pid == server.process.pid else rss - shmem for pid, (rss, shmem) in memory.items())
+
+
+def finished(client) -> tuple[int, int]:
+    """Requests the orchestrator has finished and the server's nanoseconds on them (Triton's statistics)."""
+    stats = client.get_inference_statistics("seer")["model_stats"][0]["inference_stats"]
+    return sum(stats[k]["count"] for k in ("success", "fail")), sum(stats[k]["ns"] for k in ("success", "fail"))
+
+
+BIG_PROMPT = 50 * 2**20  # bytes: the issue's 5.2 MB prompt took 18 s, and 6.8 GB of the server's memory, to refuse
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_50_mb_prompt_is_refused_before_it_is_read(server, clients, expected, protocol):
+    """Refused for its size before it is decoded, templated or tokenized: INVALID_ARGUMENT / 400, the server's time
+    on it well under a second, its memory grown by about what receiving the request takes (the message, and its
+    copy into the Python backend's shared memory)."""
+    import time
+
+    client, module = getattr(clients, protocol), getattr(clients, f"{protocol}client")
+    prompt = raw_prompt(module, b"count to 3 . " * (BIG_PROMPT // 13))
+    before, (count, ns) = server_memory(server), finished(clients.http)
+    start = time.monotonic()
+    with pytest.raises(Exception) as err:  # noqa: B017 - the client's own exception type, checked by name below
+        client.infer("seer", prompt)
+    seconds = time.monotonic() - start
+    after = server_memory(server)
+    while finished(clients.http)[0] == count and time.monotonic() - start < 30:  # statistics follow the response
+        time.sleep(0.1)
+    served = (finished(clients.http)[1] - ns) / 1e9
+    growth = resident(server, after) - resident(server, before)
+    raw = sum(rss for rss, _ in after.values()) - sum(rss for rss, _ in before.values())
+    print(f"{protocol}: refused in {seconds:.2f} s ({served:.2f} s in the server), {err.value.status()}: "
+          f"{err.value.message()}; server memory +{growth / 2**20:.0f} MiB (VmRSS summed over {len(after)} "
+          f"processes +{raw / 2**20:.0f} MiB)")  # fmt: skip
+    assert type(err.value).__name__ == "InferenceServerException"
+    assert err.value.status() == STATUS[protocol]["input"]
+    assert f"prompt is {BIG_PROMPT // 13 * 13} bytes, more than the" in err.value.message()
+    assert len(err.value.message()) < 300  # one line naming the limit, not the prompt
+    assert set(after) == set(before) and len(after) >= 2  # tritonserver and its stubs, none restarted
+    assert growth < 200 * 2**20, f"the server grew by {growth / 2**20:.0f} MiB"
+    assert 0 < served < 1.0 and seconds < 10  # unchecked, tokenizing alone took minutes and gigabytes
     assert answer(client.infer("seer", inputs(module, CASES[0]))) == wanted(expected[0])
 
 

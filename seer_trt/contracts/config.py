@@ -94,6 +94,12 @@ class SpecialTokens:
         return _from_dict(cls, data, "special_tokens")
 
 
+def _shown(value: Any, width: int = 40) -> str:
+    """``repr(value)``, cut to about ``width`` characters for an error message."""
+    text = repr(value) if not isinstance(value, str | bytes) or len(value) <= width else repr(value[:width]) + "..."
+    return text if len(text) <= width + 10 else text[:width] + "..."
+
+
 def parse_decoding(text: Any) -> tuple[str, float | None]:
     """``"fixed"``, ``"threshold:TAU"`` (0 < TAU <= 1) or ``"factor:F"`` (F > 0) as (strategy, parameter).
 
@@ -102,7 +108,9 @@ def parse_decoding(text: Any) -> tuple[str, float | None]:
     """
     forms = "'fixed', 'threshold:TAU' (0 < TAU <= 1, e.g. threshold:0.9) or 'factor:F' (F > 0, e.g. factor:1)"
     if not isinstance(text, str):
-        raise ConfigError(f"decoding is {text!r}; expected {forms}")
+        raise ConfigError(f"decoding is {_shown(text)}; expected {forms}")
+    if len(text) > 64:  # no rule is longer; and an error must not echo a client's megabytes
+        raise ConfigError(f"decoding {_shown(text)} ({len(text)} characters) is not one of {forms}")
     name, sep, raw = text.strip().partition(":")
     if name == "fixed" and not sep:
         return "fixed", None

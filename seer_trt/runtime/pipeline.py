@@ -32,7 +32,7 @@ import numpy as np
 from seer_trt.backends import open_backend
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.config import GenerationConfig, SeerConfig
-from seer_trt.contracts.errors import ConfigError, InputError, SeerError, describe
+from seer_trt.contracts.errors import ConfigError, InputError, ManifestError, SeerError, describe
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache, check_dispatch
 from seer_trt.runtime import costs
@@ -238,7 +238,10 @@ class SeerPipeline:
         if request.window is not None and not 1 <= request.window <= gen.gen_length:
             raise InputError(f"window {request.window} must lie in [1, gen_length {gen.gen_length}]")
         if gen.temperature > 0 or gen.remasking != "low_confidence":
-            self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
+            try:
+                self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
+            except ManifestError as err:  # what this request asks of an export that cannot do it
+                raise InputError(str(err)) from None
         prompt = self.encode(request.prompt, request.image, request.system)
         largest = self.buckets.prompt[-1]
         if len(prompt.embeds) > largest:
@@ -260,8 +263,11 @@ class SeerPipeline:
                 request = Request(request) if isinstance(request, str) else request
                 gen, prompt = self.prepare(request)
                 cache = self.cache_for(request)
-            except SeerError as err:
+            except (InputError, ConfigError) as err:  # the request's own input or settings
                 failed[i] = (str(err), "input")
+                continue
+            except SeerError as err:  # a graph or component failed while preparing it (embed, vision)
+                failed[i] = (str(err), "internal")
                 continue
             except Exception as err:  # noqa: BLE001 - whatever this one request's input set off, it fails alone
                 failed[i] = (f"this request could not be prepared ({type(err).__name__}: {describe(err)}); the others "

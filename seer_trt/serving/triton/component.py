@@ -3,7 +3,8 @@
 In:  (at load) the model's folder, its config (inputs/outputs written from the manifest's ``GraphSpec``) and
      parameters ``model_file`` (the ONNX file in the version folder) and ``threads``; then requests carrying
      the graph's inputs by name.
-Out: one response per request with the graph's outputs by name, or the error ONNX Runtime gave for that request.
+Out: one response per request with the graph's outputs by name, or the error ONNX Runtime gave for that request:
+     INVALID_ARG for a missing input or one ONNX Runtime refuses (shape, type), INTERNAL for anything else.
 
 The Triton build that runs on CPU machines (bundled in nvidia-pytriton) has no ONNX Runtime backend, so this
 model is what the orchestrator's BLS calls there; the GPU flavour uses Triton's own TensorRT / ONNX Runtime
@@ -40,14 +41,23 @@ class Model:
 
     def execute(self, requests: list) -> list:
         import triton_python_backend_utils as pb
+        from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+        from seer_trt.serving.triton.orchestrator import error_response
 
         responses = []
         for request in requests:
+            tensors = {n: pb.get_input_tensor_by_name(request, n) for n in self.inputs}
+            missing = [n for n, t in tensors.items() if t is None]  # not enforced for a batched Python model
+            if missing:
+                responses.append(error_response(pb, f"model {self.name!r}: the request lacks input(s) {missing}; "
+                                                    f"send every input of its config", "input"))  # fmt: skip
+                continue
             try:
-                feeds = {n: pb.get_input_tensor_by_name(request, n).as_numpy() for n in self.inputs}
-                values = self.session.run(self.outputs, feeds)
+                values = self.session.run(self.outputs, {n: t.as_numpy() for n, t in tensors.items()})
             except Exception as err:  # ONNX Runtime's own exception types: a bad shape or value in this request
-                responses.append(pb.InferenceResponse(error=pb.TritonError(f"model {self.name!r}: {err}")))
+                kind = "input" if isinstance(err, InvalidArgument) else "internal"
+                responses.append(error_response(pb, f"model {self.name!r}: {err}", kind))
                 continue
             responses.append(pb.InferenceResponse([pb.Tensor(n, v) for n, v in zip(self.outputs, values, strict=True)]))
         return responses

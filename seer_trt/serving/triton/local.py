@@ -3,7 +3,9 @@
 In:  ``setup``: a folder (``$SEER_TRITON_HOME``, default ``~/.cache/seer-trt/triton``) to install into;
      ``LocalServer``: a model repository.
 Out: the install (server binary, its libraries, the Python backend and a stub Python with numpy < 2), and a
-     running server on 127.0.0.1 with free HTTP / gRPC ports, stopped within a bounded time.
+     running server on 127.0.0.1 with free HTTP / gRPC ports, stopped within a bounded time; or one line saying
+     why not: a folder that is no seer-triton repository (refused before anything starts), or the first error the
+     server logged (its whole log kept in a file the line names).
 
     python -m seer_trt.serving.triton.local setup                 # download the wheel, unpack the server, make the venv
     python -m seer_trt.serving.triton.local serve --repo REPO     # serve until Ctrl-C
@@ -20,6 +22,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,12 +35,17 @@ import zipfile
 from pathlib import Path
 
 from seer_trt.contracts.errors import ConfigError, SeerError
+from seer_trt.contracts.outfolder import REPOSITORY_MARKER, is_repository
 
 HOME_ENV = "SEER_TRITON_HOME"
 DEFAULT_HOME = Path.home() / ".cache" / "seer-trt" / "triton"
 WHEEL = "nvidia-pytriton==0.7.0"  # tritonserver 2.51 with the Python backend and stubs for Python 3.8-3.13
 STUB_PACKAGES = ("numpy<2", "onnxruntime>=1.20", "tokenizers>=0.20", "jinja2>=3.1", "pillow>=10")
 SETUP = f"python -m seer_trt.serving.triton.local setup (or set {HOME_ENV} to a folder it installed)"
+WRITE_REPO = "seer-triton --engines EXPORT --out REPO --flavour cpu"
+# a server log line: severity, date, time, thread, source] message ("E1201 16:29:01.427758 18412 server.cc:241] ...")
+LOG_LINE = re.compile(r"^([EWI])\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] (.*)$")
+CAUSE_CHARS = 300  # a cause quoted from the log is cut here: one line on a terminal, not a config table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +143,40 @@ def _pip(cmd: list[str]) -> None:
         raise ConfigError(f"{' '.join(cmd[:5])} ... failed ({last[0]}); check the network to the package index")
 
 
+def check_served(repo: Path) -> Path:
+    """``repo``, when it is a model repository seer-triton wrote (its marker file, ``REPOSITORY_MARKER``).
+
+    Raises:
+        ConfigError: it does not exist, or it is no seer-triton repository; the message says how to write one.
+    """
+    if not repo.exists():
+        raise ConfigError(f"the model repository {repo} does not exist; write one with {WRITE_REPO}")
+    if not is_repository(repo):
+        raise ConfigError(f"{repo} is not a model repository seer-triton wrote (it has no {REPOSITORY_MARKER}); "
+                          f"write one with {WRITE_REPO}")  # fmt: skip
+    return repo
+
+
+def first_error(log: str) -> str:
+    """The cause of a failed start, quoted from the server's log: its first error that is not about CUDA, then
+    the line it exits with (``error: creating server: ...``) when that says something else; each cut to
+    ``CAUSE_CHARS``. No error logged: the log's last line."""
+    errors, exit_line, last = [], None, ""
+    for line in log.splitlines():
+        line = line.strip()
+        found = LOG_LINE.match(line)
+        if found and found[1] == "E":
+            error = found[2].strip('"')
+            # a machine without a CUDA driver logs "CudaDriverHelper has not been initialized." and serves on CPU
+            if "cuda" not in error.lower():
+                errors.append(error)
+        elif line.startswith("error: "):
+            exit_line = line.removeprefix("error: ")
+        last = line or last
+    causes = [c for c in dict.fromkeys(errors[:1] + [exit_line]) if c] or [last or "the log is empty"]
+    return "; ".join(c if len(c) <= CAUSE_CHARS else c[: CAUSE_CHARS - 3] + "..." for c in causes)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -146,7 +188,12 @@ class LocalServer:
 
     def __init__(self, repo: str | Path, install: ServerInstall | None = None, start_timeout: float = 300.0,
                  log: str | Path | None = None) -> None:  # fmt: skip
-        self.repo = Path(repo)
+        """
+        Raises:
+            ConfigError: ``repo`` is no repository seer-triton wrote, or no complete install is found; nothing
+                has started then.
+        """
+        self.repo = check_served(Path(repo))
         self.install = install or ServerInstall.find()
         self.start_timeout = start_timeout
         self.http_port = self.grpc_port = 0
@@ -179,7 +226,8 @@ class LocalServer:
         """Launch and wait until the server is ready.
 
         Raises:
-            SeerError: the server exited or was not ready within ``start_timeout``; the message has its log tail.
+            SeerError: the server exited or was not ready within ``start_timeout``; the message has the first
+                error of its log (``first_error``) and where the whole log is kept.
         """
         _, libdir = self.install.python_info()
         backends = self.backends()
@@ -200,12 +248,12 @@ class LocalServer:
         try:
             while time.monotonic() - start < self.start_timeout:
                 if self.process.poll() is not None:
-                    raise SeerError(f"tritonserver exited with {self.process.returncode} while starting: {self.tail()}")
+                    raise self.failed(f"exited with {self.process.returncode}")
                 if self.ready():
                     self.started_in = time.monotonic() - start
                     return self
                 time.sleep(0.5)
-            raise SeerError(f"tritonserver was not ready within {self.start_timeout:.0f} s: {self.tail()}")
+            raise self.failed(f"was not ready within {self.start_timeout:.0f} s")
         except BaseException:  # not ready, or interrupted: nothing may outlive a failed start
             self.stop()
             raise
@@ -217,9 +265,17 @@ class LocalServer:
         except OSError:
             return False
 
-    def tail(self, lines: int = 15) -> str:
+    def failed(self, what: str) -> SeerError:
+        """A failed start's one line: the cause from the log first, then what the server did and where its whole
+        log is. A log in this server's temporary folder is copied out first, as the folder goes with the server."""
         text = self.log.read_text(errors="replace") if self.log.is_file() else ""
-        return " | ".join(text.strip().splitlines()[-lines:])
+        kept = self.log
+        if self.log.parent == Path(self._tmp.name):
+            fd, name = tempfile.mkstemp(prefix="seer-triton-", suffix=".log")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            kept = Path(name)
+        return SeerError(f"tritonserver could not start: {first_error(text)} (it {what}; whole log: {kept})")
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM the server's process group, SIGKILL it after ``timeout``; returns the exit code."""

@@ -2,18 +2,23 @@
 
 In:  (at load) the export copied into the version folder (``manifest.json``, ``tokenizer/``) and the
      ``components`` parameter (graph -> component model name); then requests of REQUEST_INPUTS.
-Out: one response per request with RESPONSE_OUTPUTS, or an error response naming what was wrong.
+Out: one response per request with RESPONSE_OUTPUTS, or an error response naming what was wrong: a client's
+     error (its own input was bad) with Triton's INVALID_ARG code (gRPC INVALID_ARGUMENT, HTTP 400), any other
+     failure with INTERNAL (gRPC INTERNAL, HTTP 500).
 
     execute(requests) ─► Request per row ─► SeerPipeline.generate (the one Seer loop, seer_trt.runtime.pipeline)
                          ─► BlsBackend.run(graph, feeds) ─► InferenceRequest(component model).exec()
 
 Every request of one ``execute`` call (Triton's dynamic batcher gathers them) goes into one ``generate`` call, so
 the pipeline batches step zero and routes the truncated windows exactly as ``seer-run`` does for a JSONL file.
-A request may carry several rows (a leading batch axis); its answers come back in the same order.
+A request may carry several rows (a leading batch axis); its answers come back in the same order. A row's prompt
+and image are measured in bytes before anything decodes them (``ByteLimits``), so an oversized one costs the server
+no more than receiving it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -47,6 +52,25 @@ RESPONSE_OUTPUTS = (
 )
 PAD_ID = -1  # fills token_ids rows shorter than the request's longest
 ENGINE_BUILDER = "tensorrt"  # the build whose plans Triton's TensorRT backend serves (the manifest's builds key)
+UTF8_MAX_BYTES = 4  # the most bytes UTF-8 spends on one character (RFC 3629)
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteLimits:
+    """What one row may send, checked on its raw bytes before they are decoded (``read_request``)."""
+
+    prompt_chars: int  # characters of message text the pipeline accepts (PromptFormat.max_chars)
+    image_bytes: int  # an encoded image file's bytes (the pipeline's image limit: the manifest's max_image_bytes)
+
+    @property
+    def prompt_bytes(self) -> int:
+        """UTF-8 bytes of the longest prompt that can hold ``prompt_chars`` characters."""
+        return UTF8_MAX_BYTES * self.prompt_chars
+
+    @classmethod
+    def of(cls, pipeline: Any) -> ByteLimits:
+        """The limits of a ``SeerPipeline``."""
+        return cls(pipeline.prompts.max_chars, pipeline.image_limits.bytes)
 
 
 class ServingError(SeerError):
@@ -130,26 +154,29 @@ class Model:
         self.pipeline = SeerPipeline(folder, manifest, backend, policy=params["policy"], cache=cache)
 
     def execute(self, requests: list) -> list:
+        from seer_trt.runtime.request import Result
+
         pb = self.pb
-        rows: list[list | str] = []  # per request: its pipeline Requests, or why it cannot be run
+        limits = ByteLimits.of(self.pipeline)
+        rows: list[list | Result] = []  # per request: its pipeline Requests, or why it cannot be run
         for request in requests:
             try:
-                rows.append(read_request(pb, request))
+                rows.append(read_request(pb, request, limits))
             except Exception as err:  # noqa: BLE001 - any failure of one request is that request's error
-                rows.append(message(err))
+                rows.append(Result.failed(message(err), error_kind(err)))
         flat = [r for group in rows if isinstance(group, list) for r in group]
         results = iter(self.answer(flat))
         responses = []
         for group in rows:
-            if isinstance(group, str):
-                responses.append(pb.InferenceResponse(error=pb.TritonError(group)))
+            if isinstance(group, Result):
+                responses.append(error_response(pb, group.error, group.error_kind))
                 continue
             answers = [next(results) for _ in group]
-            failed = [(i, a.error) for i, a in enumerate(answers) if not a.ok]
+            failed = [(i, a) for i, a in enumerate(answers) if not a.ok]
             if failed:
-                i, error = failed[0]
+                i, a = failed[0]  # the first failed row names the error, and its kind the status code
                 where = f"row {i}: " if len(group) > 1 else ""
-                responses.append(pb.InferenceResponse(error=pb.TritonError(where + error)))
+                responses.append(error_response(pb, where + a.error, a.error_kind))
                 continue
             responses.append(pb.InferenceResponse(write_outputs(pb, answers)))
         return responses
@@ -165,13 +192,13 @@ class Model:
             return self.pipeline.generate(flat)
         except Exception as err:  # noqa: BLE001 - which request caused it is found below
             if len(flat) == 1:
-                return [Result.failed(message(err))]
+                return [Result.failed(message(err), error_kind(err))]
         out = []
         for request in flat:
             try:
                 out.append(self.pipeline.generate([request])[0])
             except Exception as err:  # noqa: BLE001 - this request's failure, and only its
-                out.append(Result.failed(message(err)))
+                out.append(Result.failed(message(err), error_kind(err)))
         return out
 
     def finalize(self) -> None:
@@ -183,11 +210,29 @@ def message(err: BaseException) -> str:
     return describe(err) if isinstance(err, SeerError) else f"{type(err).__name__}: {describe(err)}"
 
 
-def read_request(pb: Any, request: Any) -> list:
+def error_kind(err: BaseException) -> str:
+    """``Result.error_kind`` of a failure: "input" when the request's own input was bad, "internal" otherwise."""
+    return "input" if isinstance(err, InputError) else "internal"
+
+
+def error_response(pb: Any, text: str, kind: str | None) -> Any:
+    """An error response: INVALID_ARG for a client's error (``kind`` "input"), INTERNAL (the default) otherwise.
+
+    A Python backend older than error codes (its ``TritonError`` has no ``INVALID_ARG``) answers INTERNAL for both.
+    """
+    code = getattr(pb.TritonError, "INVALID_ARG", None) if kind == "input" else None
+    error = pb.TritonError(text) if code is None else pb.TritonError(text, code)
+    return pb.InferenceResponse(error=error)
+
+
+def read_request(pb: Any, request: Any, limits: ByteLimits | None = None) -> list:
     """The pipeline ``Request``s of one Triton request, one per row.
 
+    Args:
+        limits: the most bytes a row's prompt and image may hold, checked before they are decoded; None: none.
+
     Raises:
-        InputError: text that is not UTF-8, or rows that disagree in number.
+        InputError: text that is not UTF-8, a prompt or image past ``limits``, or rows that disagree in number.
     """
     from seer_trt.runtime.request import Request
 
@@ -214,6 +259,10 @@ def read_request(pb: Any, request: Any) -> list:
         where = f"row {i}: " if rows > 1 else ""
         if not isinstance(prompt, bytes):
             raise InputError(f"{where}prompt is a {type(prompt).__name__}; send the question as BYTES (UTF-8 text)")
+        if limits is not None and len(prompt) > limits.prompt_bytes:
+            raise InputError(f"{where}prompt is {len(prompt)} bytes, more than the {limits.prompt_bytes} accepted "
+                             f"({UTF8_MAX_BYTES} per character of the {limits.prompt_chars} max_prompt_chars); "
+                             f"shorten it")  # fmt: skip
         try:
             text = prompt.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -222,6 +271,9 @@ def read_request(pb: Any, request: Any) -> list:
         image = images[i] if images else None
         if image is not None and not isinstance(image, bytes):
             raise InputError(f"{where}image is a {type(image).__name__}; send the encoded PNG/JPEG file as BYTES")
+        if image is not None and limits is not None and len(image) > limits.image_bytes:
+            raise InputError(f"{where}image is {len(image)} bytes, more than the {limits.image_bytes} accepted "
+                             f"(max_image_bytes); send a smaller file")  # fmt: skip
         decoding = decodings[i] if decodings else None
         if decoding is not None and not isinstance(decoding, bytes):
             raise InputError(f"{where}decoding is a {type(decoding).__name__}; send it as BYTES, e.g. b'factor:1'")
