@@ -18,7 +18,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,7 @@ import pytest
 from seer_trt.contracts.config import SeerConfig, canonical_decoding
 from seer_trt.contracts.errors import InputError, ManifestError
 from seer_trt.contracts.policies import POLICIES
+from seer_trt.contracts.profiles import tiles_per_image
 from seer_trt.eval.tasks import make_samples
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request
@@ -467,7 +470,7 @@ def test_bad_requests_fail_alone(cpp_build, folder, cpp_requests, tmp_path):
         "empty": ({"prompt_ids": []}, "prompt_ids is empty"),
         "placeholder without image": ({"prompt_ids": [-200, 5]}, "image placeholder"),
         "image without placeholder": ({"prompt_ids": [5], "image_tiles": image["image_tiles"]}, "image placeholder"),
-        "tiles too small": ({**image, "image_tiles": str(tmp_path / "small.npy")}, "floats"),
+        "tiles too small": ({**image, "image_tiles": str(tmp_path / "small.npy")}, "claims shape (1, 3, 8, 8)"),
         "tiles not float32": ({**image, "image_tiles": str(tmp_path / "ints.npy")}, "expected float32"),
         "tiles missing": ({**image, "image_tiles": str(tmp_path / "none.npy")}, "does not exist"),
         "prompt text": ({"prompt": "count to 7 ."}, "seer-prompt-ids"),
@@ -492,6 +495,184 @@ def test_bad_requests_fail_alone(cpp_build, folder, cpp_requests, tmp_path):
     for (case, (_, message)), result in zip(bad.items(), results[1:], strict=False):
         assert result["error"] and message in result["error"], (case, result["error"])
     assert "not JSON" in results[-3]["error"] and "JSON object" in results[-2]["error"]
+
+
+PEAK_RSS = """
+import os, sys
+pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""  # runs argv[2:] and writes its peak RSS (KB) to argv[1]; spawned from this small process, since a child's
+# ru_maxrss counts the image it was forked from (a fork of pytest starts at hundreds of MB before its exec)
+
+
+def run_measured(args: list, timeout: float = 60, **kw) -> tuple[subprocess.CompletedProcess, float, float]:
+    """``args`` run to the end within ``timeout`` seconds (a hang fails), with its wall seconds and peak RSS in MB."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "peak-rss"
+        result, wall = run_timed([sys.executable, "-c", PEAK_RSS, report, *args], args[0], timeout, **kw)
+        return result, wall, int(report.read_text()) / 1024
+
+
+def run_timed(args: list, name: object, timeout: float, **kw) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    with subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **kw) as proc:  # fmt: skip
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)  # the wrapper and what it spawned
+            proc.communicate()
+            pytest.fail(f"{name} ran past {timeout} s: a hang")
+    wall = time.monotonic() - start
+    assert proc.returncode >= 0, f"killed by signal {-proc.returncode}: {stderr[-2000:]}"  # never a crash
+    return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr), wall
+
+
+def npy_bytes(shape: tuple, descr: str = "<f4", fortran: bool = False, data: bytes = b"") -> bytes:
+    """A version 1.0 .npy file whose header claims ``shape`` over ``data``, whatever its length."""
+    header = repr({"descr": descr, "fortran_order": fortran, "shape": shape}).encode() + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + data
+
+
+def seer_run_lines(cpp_build, folder, path: Path, lines: list, *flags) -> list:
+    """seer_run's argv over ``lines`` written to ``path`` (dicts as JSON, strings as they are)."""
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return [cpp_build / "seer_run", "--engines", folder, "--input", path, "--ort-library", ort_library(),
+            "--policy", "naive_pad", *flags]  # fmt: skip
+
+
+def test_image_tiles_are_checked_against_the_export_before_they_are_held(cpp_build, folder, cpp_requests, tmp_path):
+    """An 82-byte .npy claiming 500 tiles of 600 px (2.1 GB) is refused from its header, in well under a second more
+    than a run with nothing to read and under 200 MB, as is every other header that is not this export's tiles
+    (seer_trt.contracts.profiles.tiles_per_image tiles of [3, S, S] float32, C order) or that its file's size
+    belies; the other lines are answered."""
+    vision = json.loads((folder / "manifest.json").read_text())["vision"]
+    s = vision["image_size"]
+    most = tiles_per_image(vision["image_aspect_ratio"], s, vision["grid_pinpoints"])
+    image = next(r for r in cpp_requests if "image_tiles" in r)
+    tile = np.zeros((3, s, s), np.float32).tobytes()
+    files = {  # name: (file bytes, words of its line's error)
+        "huge": (npy_bytes((500, 3, 600, 600)), "claims shape (500, 3, 600, 600)"),
+        "too many tiles": (npy_bytes((most + 1, 3, s, s)), f"claims shape ({most + 1}, 3, {s}, {s})"),
+        "no tiles": (npy_bytes((0, 3, s, s)), f"claims shape (0, 3, {s}, {s})"),
+        "2**62 tiles": (npy_bytes((2**62, 3, s, s)), f"claims shape ({2**62}, 3, {s}, {s})"),
+        "dims past int64": (npy_bytes((2**64, 3, s, s)), "has no .npy header numpy would read"),
+        "short": (npy_bytes((1, 3, s, s), data=tile[:-4]), f"{len(tile)} bytes of float32, but {len(tile) - 4}"),
+        "long": (npy_bytes((1, 3, s, s), data=tile + b"\0" * 4), f"but {len(tile) + 4} bytes follow"),
+        "big-endian": (npy_bytes((1, 3, s, s), ">f4", data=tile), "holds '>f4'; expected float32 ('<f4')"),
+        "fortran": (npy_bytes((1, 3, s, s), fortran=True, data=tile), "in Fortran order; expected float32"),
+        "header past the file": (b"\x93NUMPY\x02\x00" + (2**31).to_bytes(4, "little"), "claims a 2147483648-byte"),
+        "not a header": (b"\x93NUMPY\x01\x00\x06\x00{'a': " + tile, "no .npy header numpy would read"),
+    }
+    for name, (data, _) in files.items():
+        (tmp_path / f"{name}.npy").write_bytes(data)
+    assert len(files["huge"][0]) < 100
+    lines = [{**image, "image_tiles": str(tmp_path / f"{name}.npy")} for name in files] + [image]
+    limit = f"1 <= tiles <= {most} (this export's vision image_size and tiling); regenerate it with seer-prompt-ids"
+    idle, idle_wall, _ = run_measured(seer_run_lines(cpp_build, folder, tmp_path / "none.jsonl", [" "]))
+    assert idle.returncode == 2 and "holds no requests" in idle.stderr, idle.stderr
+    out, wall, peak_mb = run_measured(seer_run_lines(cpp_build, folder, tmp_path / "r.jsonl", lines[:1]))
+    assert out.returncode == 1 and limit in out.stdout, out
+    assert peak_mb < 200 and wall < idle_wall + 1, (peak_mb, wall, idle_wall)
+    out, _, peak_mb = run_measured(seer_run_lines(cpp_build, folder, tmp_path / "r.jsonl", lines))
+    assert out.returncode == 1 and f"1 answered, {len(files)} failed" in out.stderr, out.stderr
+    results = [json.loads(line) for line in out.stdout.splitlines()]
+    for i, (name, (_, words)) in enumerate(files.items()):
+        assert results[i]["error"].startswith(f"line {i + 1}: image_tiles {tmp_path / name}.npy "), name
+        assert words in results[i]["error"] and results[i]["error"].endswith("seer-prompt-ids --tiles"), name
+    assert limit in results[0]["error"] and results[-1]["error"] is None
+    assert peak_mb < 200, peak_mb
+
+
+def test_image_tiles_that_are_no_regular_file_are_refused_without_blocking(cpp_build, folder, cpp_requests, tmp_path):
+    """A FIFO with no writer (opened as a file it would hang the batch), a device and a folder: each line fails
+    alone at once, the others are answered."""
+    image = next(r for r in cpp_requests if "image_tiles" in r)
+    os.mkfifo(tmp_path / "tiles.fifo")
+    (tmp_path / "linked.npy").symlink_to(tmp_path / "tiles.fifo")
+    kinds = {tmp_path / "tiles.fifo": "is a FIFO", tmp_path / "linked.npy": "is a FIFO", Path("/dev/zero"): "is a device",
+             tmp_path: "is a folder"}  # fmt: skip
+    lines = [{**image, "image_tiles": str(path)} for path in kinds] + [image]
+    out, wall, _ = run_measured(seer_run_lines(cpp_build, folder, tmp_path / "r.jsonl", lines))
+    assert out.returncode == 1 and f"1 answered, {len(kinds)} failed" in out.stderr, out.stderr
+    results = [json.loads(line) for line in out.stdout.splitlines()]
+    for (path, words), result in zip(kinds.items(), results, strict=False):
+        assert f"image_tiles {path} {words}, not a regular file of tiles" in result["error"], result["error"]
+    assert results[-1]["error"] is None
+
+
+def test_a_request_line_past_its_bound_fails_alone_unheld(cpp_build, folder, cpp_requests, tmp_path):
+    """A line of 24 bytes per id of the largest prompt bucket + 65536 is read; one byte more fails alone, and a 64 MB
+    line is read through in bounded memory, from a file and from stdin."""
+    largest = json.loads((folder / "manifest.json").read_text())["buckets"]["prompt"][-1]
+    limit = 24 * largest + 65536
+    good = json.dumps(cpp_requests[0])
+    lines = [good, good + " " * (limit - len(good)), good + " " * (limit + 1 - len(good)),
+             '{"prompt_ids": [' + "5, " * (64 * 2**20 // 3) + "5]}", good]  # fmt: skip
+    argv = seer_run_lines(cpp_build, folder, tmp_path / "r.jsonl", lines)
+    for how, args, stdin in (("file", argv, None), ("stdin", [*argv[:4], "-", *argv[5:]], tmp_path / "r.jsonl")):
+        with open(stdin or os.devnull, "rb") as feed:
+            out, _, peak_mb = run_measured(args, stdin=feed)
+        assert out.returncode == 1 and "3 answered, 2 failed" in out.stderr, (how, out.stderr)
+        results = [json.loads(line) for line in out.stdout.splitlines()]
+        assert [r["error"] is None for r in results] == [True, True, False, False, True], how
+        for number, r in ((3, results[2]), (4, results[3])):
+            size = len(lines[number - 1])
+            assert r["error"].startswith(f"line {number}: {size} bytes, more than the {limit} a request line"), r
+        assert f"a request holds at most {largest} prompt_ids" in results[2]["error"]
+        assert peak_mb < 200, (how, peak_mb)
+
+
+def test_an_error_line_of_seer_prompt_ids_fails_alone_with_its_error(cpp_build, folder, cpp_requests, tmp_path):
+    """{"error": "..."}, what seer-prompt-ids --input writes for a line it could not convert (so line numbers stay
+    aligned), is that line's result error; an "error" that is not text is an unknown request key."""
+    good = cpp_requests[0]
+    message = "line 2: cannot read image /nowhere/cat.png (No such file or directory); pass an image file"
+    lines = [good, {"error": message}, {**good, "error": 3}, good]
+    out, _, _ = run_measured(seer_run_lines(cpp_build, folder, tmp_path / "r.jsonl", lines))
+    assert out.returncode == 1 and "2 answered, 2 failed" in out.stderr, out.stderr
+    results = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["error"] for r in results[:2]] == [None, message] and results[3]["error"] is None
+    assert results[2]["error"].startswith("line 3: unknown request key 'error'")
+    assert results[1] == {**results[2], "error": message}  # seer-run's fields of a failed request
+
+
+def test_output_is_whole_or_nothing_and_leaves_nothing_behind(cpp_build, folder, cpp_requests, tmp_path):
+    """--output naming a folder, a FIFO or a file in a missing folder is one line before any work (here before the
+    missing export is noticed) and makes nothing; a run writes only --output; an --output that turns into a folder
+    while the run reads stdin fails at the rename, and its staging file is gone."""
+    (tmp_path / "out").mkdir()
+    os.mkfifo(tmp_path / "out.fifo")
+    argv = [cpp_build / "seer_run", "--engines", tmp_path / "no-export", "--input", tmp_path / "no.jsonl"]
+    refused = {tmp_path / "out": "names a folder", f"{tmp_path / 'out'}/": "names a folder",
+               tmp_path / "out.fifo": "is not a regular file",
+               tmp_path / "missing" / "r.jsonl": f"is in {tmp_path / 'missing'}, which does not exist"}  # fmt: skip
+    for output, words in refused.items():
+        out, _, _ = run_measured([*argv, "--output", output])
+        assert out.returncode == 2 and out.stderr.startswith(f"seer_run: --output {output} {words}"), out.stderr
+        assert len(out.stderr.splitlines()) == 1 and not out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.fifo"] and not any((tmp_path / "out").iterdir())
+    args = seer_run_lines(cpp_build, folder, tmp_path / "r.jsonl", [cpp_requests[0]])
+    out, _, _ = run_measured([*args, "--output", tmp_path / "out" / "r.jsonl"])
+    assert out.returncode == 0 and [p.name for p in (tmp_path / "out").iterdir()] == ["r.jsonl"], out.stderr
+    assert json.loads((tmp_path / "out" / "r.jsonl").read_text())["error"] is None
+    target = tmp_path / "out" / "late.jsonl"
+    proc = subprocess.Popen([*map(str, args[:4]), "-", *map(str, args[5:]), "--output", str(target)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    start = time.monotonic()  # ONNX Runtime loads after --output is checked; seer_run then waits for stdin
+    while proc.poll() is None and "libonnxruntime" not in Path(f"/proc/{proc.pid}/maps").read_text():
+        assert time.monotonic() - start < 60, "seer_run never loaded ONNX Runtime"
+        time.sleep(0.01)
+    target.mkdir()
+    (target / "keep").write_text("")
+    _, err = proc.communicate(json.dumps(cpp_requests[0]).encode() + b"\n", timeout=60)
+    assert proc.returncode == 2 and f"cannot write --output {target}" in err.decode(), err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["late.jsonl", "r.jsonl"]  # no staging file
 
 
 def test_four_threads_on_one_pipeline_give_the_sequential_answers(cpp, cpp_requests):

@@ -1,5 +1,6 @@
 #include "manifest.hpp"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -207,6 +208,12 @@ void log_in_place(float* values, size_t count) {
   for (size_t k = 0; k < count; ++k) values[k] = simd ? numpy_simd_logf(values[k]) : std::log(values[k]);
 }
 
+int64_t VisionInfo::max_tiles() const {
+  int64_t grid = 0;
+  for (const auto& [w, h] : grid_pinpoints) grid = std::max(grid, (w / image_size) * (h / image_size));
+  return anyres() && !grid_pinpoints.empty() ? 1 + grid : 1;
+}
+
 const TensorSpec* GraphEntry::output(const std::string& n) const {
   for (const auto& t : outputs)
     if (t.name == n) return &t;
@@ -284,6 +291,16 @@ Manifest Manifest::read(const std::string& folder) {
   m.vision.newline = get<std::string>(vision, "newline", "manifest vision");
   if (vision.contains("anyres_max_tiles") && !vision["anyres_max_tiles"].is_null())
     m.vision.anyres_max_tiles = get<int64_t>(vision, "anyres_max_tiles", "manifest vision");
+  using Pinpoints = std::vector<std::vector<int64_t>>;
+  for (const auto& p : get_or<Pinpoints>(vision, "grid_pinpoints", {}, "manifest vision")) {
+    if (p.size() != 2 || p[0] < 1 || p[1] < 1)
+      throw manifest_error(path + ": vision.grid_pinpoints holds " + json(p).dump() +
+                           "; expected [width, height] px pairs; re-export with seer-export");
+    m.vision.grid_pinpoints.emplace_back(p[0], p[1]);
+  }
+  if (m.vision.image_size < 1)
+    throw manifest_error(path + ": vision.image_size is " + std::to_string(m.vision.image_size) +
+                         "; expected a positive tile size in px; re-export with seer-export");
 
   const json& special = field(data, "special_tokens", path);
   const std::string ws = "manifest special_tokens";

@@ -323,6 +323,8 @@ std::vector<Result> Pipeline::generate(const std::vector<Request>& requests, con
 }
 
 int64_t Pipeline::image_size() const { return impl_->manifest.vision.image_size; }
+int64_t Pipeline::max_tiles() const { return impl_->manifest.vision.max_tiles(); }
+int64_t Pipeline::max_prompt_ids() const { return impl_->manifest.buckets.prompt.back(); }
 int64_t Pipeline::vocab_size() const { return impl_->manifest.vocab_size; }
 std::string Pipeline::ort_version() const { return Backend::version(); }
 

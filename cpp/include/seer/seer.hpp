@@ -111,6 +111,8 @@ class Pipeline {
   std::vector<Result> generate(const std::vector<Request>& requests, const std::string& policy = "");
 
   int64_t image_size() const;      // S of the tiles the vision graph takes
+  int64_t max_tiles() const;       // tiles one image may have: 1 ("pad"), anyres 1 + the largest pinpoint grid
+  int64_t max_prompt_ids() const;  // prompt ids one request may hold: the largest prompt bucket
   int64_t vocab_size() const;
   std::string ort_version() const; // of the loaded library
 
