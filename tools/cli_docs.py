@@ -33,7 +33,7 @@ COLUMNS = "100"
 # The order of a request's life (export, run, measure, build, serve, then the PyTorch side); a command missing
 # here still gets its section, after these.
 ORDER = ("seer-export", "seer-run", "seer-prompt-ids", "seer-eval", "seer-bench", "seer-build", "seer-triton",
-         "seer-reference", "seer-calibrate")  # fmt: skip
+         "seer-serve", "seer-reference", "seer-calibrate")  # fmt: skip
 
 HEADER = """\
 # Command-line reference

@@ -65,6 +65,7 @@ def _entry(prog: str, module: str):
 
 seer_run = _entry("seer-run", "seer_trt.cli.run")
 seer_triton = _entry("seer-triton", "seer_trt.cli.triton")
+seer_serve = _entry("seer-serve", "seer_trt.cli.serve")
 seer_build = _entry("seer-build", "seer_trt.cli.build")
 seer_eval = _entry("seer-eval", "seer_trt.cli.eval")
 seer_prompt_ids = _entry("seer-prompt-ids", "seer_trt.cli.prompt_ids")

@@ -37,7 +37,7 @@ from seer_trt.contracts.outfolder import (
     repository_files,
     write_repository_marker,
 )
-from seer_trt.contracts.policies import CacheConfig, check_cache
+from seer_trt.contracts.policies import DEFAULT_POLICY, CacheConfig, check_cache
 from seer_trt.runtime.step_zero import step_zero_graph
 from seer_trt.serving.triton import pbtxt
 from seer_trt.serving.triton.orchestrator import REQUEST_INPUTS, RESPONSE_OUTPUTS
@@ -202,7 +202,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
             ("export", EXPORT_DIR),
             ("components", json.dumps(components)),
             ("plans", json.dumps([g for g in components if g in plans])),  # their calls fit the built profiles
-            ("policy", "hybrid"),
+            ("policy", DEFAULT_POLICY),  # cost_model: measured through the components at the first batch of rows
             ("cache", json.dumps(check_cache(cache, manifest).to_dict())),
         ),  # fmt: skip
         batch_delay_us=BATCH_DELAY_US,

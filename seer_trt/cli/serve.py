@@ -1,0 +1,123 @@
+"""``seer-serve``: an OpenAI-compatible HTTP server over an export (docs/DESIGN.md "Serving and embedding").
+
+In:  ``--engines DIR`` (a ``seer-export`` folder), where to listen, the API key (``--api-key`` or ``SEER_API_KEY``),
+     the scheduler's bounds (``--max-queue``, ``--max-rows``) and each request's deadline (``--timeout``).
+Out: a server on ``--host``:``--port`` (``seer_trt.serving.http``: ``/v1/chat/completions``, ``/v1/models``,
+     ``/health``, ``/metrics``) until Ctrl-C or SIGTERM, which stop it gracefully: no new connections, open ones
+     answered, then the scheduler closed. Exit status 2 and one line for a bad flag, export or address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from seer_trt.cli.common import Parser, add_backend, add_engines, add_verbose, require_extra, run_main
+from seer_trt.contracts.errors import InputError
+
+PROG = "seer-serve"
+SERVE_MODULES = ("fastapi", "uvicorn", "pydantic", "prometheus_client")  # what the serve extra brings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog=PROG, description="Serve an export over HTTP with OpenAI's chat-completions API (JSON or "
+                "streamed Server-Sent Events); requests arriving apart share denoising steps (StepScheduler).")  # fmt: skip
+    add_engines(ap)
+    g = ap.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    g.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free port, printed)")
+    g.add_argument("--api-key", help="require Authorization: Bearer KEY on every route but /health (default: "
+                   "$SEER_API_KEY; neither: no key)")  # fmt: skip
+    g.add_argument("--model-name", help="the model name clients send and /v1/models lists (default: the export "
+                   "folder's name)")  # fmt: skip
+    g.add_argument("--allow-image-urls", action="store_true",
+                   help="accept http(s) image URLs (fetching is not implemented yet: they are answered 400 either "
+                   "way; send images as data: URLs)")  # fmt: skip
+    s = ap.add_argument_group("scheduler")
+    s.add_argument("--max-queue", type=int, default=256,
+                   help="requests waiting for admission at most; more are answered 429 (default: 256)")  # fmt: skip
+    s.add_argument("--max-rows", type=int, help="rows denoised together at most (default: 4 x the largest batch "
+                   "bucket)")  # fmt: skip
+    s.add_argument("--timeout", type=float, help="each request's deadline in seconds; past it, 504 (default: none)")
+    add_backend(ap)
+    add_verbose(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, build_parser(), work, argv, atomic=False)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """The flags on their own, before opening the export."""
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port {args.port} is not a port; pass 0-65535")
+    for flag, value in (("--max-queue", args.max_queue), ("--max-rows", args.max_rows)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} {value} must be at least 1")
+    if args.timeout is not None and not args.timeout > 0:
+        raise InputError(f"--timeout {args.timeout} must be a positive number of seconds")
+
+
+def listen(host: str, port: int):
+    """The listening socket, bound here so a taken port is one line (``OSError``) rather than uvicorn's exit."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise InputError(
+            f"cannot listen on {host}:{port} ({err.strerror or err}); pick another --host / --port"
+        ) from None
+    return sock
+
+
+def work(args: argparse.Namespace) -> int:
+    import signal
+
+    check_flags(args)
+    require_extra(PROG, SERVE_MODULES, "serve")
+    import uvicorn
+
+    from seer_trt.contracts.outfolder import Interrupted
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.scheduler import StepScheduler
+    from seer_trt.serving.http import create_app
+
+    key = args.api_key or os.environ.get("SEER_API_KEY") or None
+    sock = listen(args.host, args.port)
+    pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
+                                      threads=args.threads, policy=args.policy, verify=args.verify,
+                                      cuda_graphs=args.cuda_graphs)  # fmt: skip
+    scheduler = StepScheduler(pipe, args.max_rows, args.max_queue).start()
+    name = args.model_name or args.engines.resolve().name
+    app = create_app(scheduler, name, key, timeout_s=args.timeout, allow_image_urls=args.allow_image_urls)
+    # connections past what the queue and the rows can hold are refused (503) before they cost a request's memory
+    limit = args.max_queue + scheduler.max_rows + 16
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info", limit_concurrency=limit,
+                                           timeout_graceful_shutdown=30))  # fmt: skip
+
+    def stop(signum, frame):  # uvicorn hands a signal it caught back once it has shut down: end here, not killed
+        raise Interrupted(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+    host, port = sock.getsockname()[:2]
+    host = f"[{host}]" if ":" in host else host
+    print(f"{PROG}: serving {name!r} from {args.engines} on http://{host}:{port}/v1 (API key "
+          f"{'required' if key else 'not required'})", file=sys.stderr, flush=True)  # fmt: skip
+    try:
+        server.run(sockets=[sock])
+    finally:
+        scheduler.close()
+        pipe.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

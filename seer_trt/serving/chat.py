@@ -1,0 +1,349 @@
+"""The OpenAI chat-completions schema of ``seer-serve`` (docs/DESIGN.md "Serving and embedding"): a client's body,
+as pydantic models, becomes one ``Request``; one ``Result`` becomes the response body.
+
+In:  a ``POST /v1/chat/completions`` body: ``messages`` (an optional system turn, then one user turn whose content
+     is text or parts: text, and at most one image as a ``data:image/...;base64,`` URL), the OpenAI settings this
+     model has (``max_tokens`` / ``max_completion_tokens``: the answer window, ``temperature``, ``seed``,
+     ``stream``, ``stream_options``, ``n`` = 1) and seer-trt's own (``seer``, ``early_stop``, ``decoding``,
+     ``steps``).
+Out: a ``Request`` for the scheduler; the bodies of ``chat.completion``, of a stream's ``chat.completion.chunk``s
+     (``TextStream`` turns answer ids as they become final into text deltas) and of OpenAI's error object.
+
+Multi-turn conversations are refused: the runtime's prompt format (``seer_trt.runtime.prompt.ChatFormat``) places
+one system and one user message, so an earlier turn could not be kept apart from its control tokens as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from seer_trt.contracts.errors import SeerError
+from seer_trt.runtime.request import Request, Result
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+               405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+               500: "server_error", 503: "service_unavailable", 504: "timeout_error"}  # fmt: skip
+
+
+class ApiError(SeerError):
+    """An HTTP error answer: its status and OpenAI's error fields (``type`` follows the status)."""
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": ERROR_TYPES.get(self.status, "server_error"),
+                          "param": self.param, "code": self.code}}  # fmt: skip
+
+
+# --- what a client sends --------------------------------------------------------------------------------------
+
+# strict: a JSON "true" string is not a bool, 1.5 not a count; forbid: a misspelt field is an error, not ignored
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class TextPart(BaseModel):
+    model_config = STRICT
+    type: Literal["text"]
+    text: str
+
+
+class ImageUrl(BaseModel):
+    model_config = STRICT
+    url: str  # data:image/png;base64,... (http(s) URLs are refused)
+    detail: Literal["auto", "low", "high"] | None = None  # accepted, unused: the export's tiling decides
+
+
+class ImagePart(BaseModel):
+    model_config = STRICT
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+Part = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class Message(BaseModel):
+    model_config = STRICT
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[Part] | None = None
+    name: str | None = None  # accepted, unused
+
+
+class StreamOptions(BaseModel):
+    model_config = STRICT
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    model_config = STRICT
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)  # the answer window N (gen_length)
+    max_completion_tokens: int | None = Field(None, ge=1)  # the same, OpenAI's newer name
+    temperature: float | None = Field(None, ge=0)  # 0: greedy; > 0 needs an export with denoise_logits
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1)  # answers per request: 1 only
+    user: str | None = None  # accepted, unused
+    # seer-trt's own settings (the openai client's extra_body), echoed under "seer" in the response
+    seer: bool | None = None  # False: the padded loop over all N positions
+    early_stop: bool | None = None  # LLaDA-V's stopping rule at <|eot_id|>
+    decoding: str | None = None  # fixed | threshold:TAU | factor:F
+    steps: int | None = Field(None, ge=1)  # denoising steps over N
+
+
+UNION_TAGS = {"str", "int", "float", "bool", "none", "TextPart", "ImagePart"}
+
+
+def _param(loc: tuple) -> str | None:
+    """``messages[0].content[1].image_url.url`` from pydantic's error location, without the tags it adds for a
+    union's members ("str", "list[...]") and a tagged union's tag (the part's ``type``, after its index)."""
+    out: list[str] = []
+    tagged = False
+    for i, p in enumerate(map(str, loc)):
+        if "tagged-union" in p:
+            tagged = True
+        elif tagged and i and str(loc[i - 1]).isdigit():
+            tagged = False  # the discriminator's value, not a field
+        elif not (p in UNION_TAGS or "[" in p or p.startswith("function-")):
+            out.append(f"[{p}]" if p.isdigit() else f".{p}")
+    return "".join(out).lstrip(".") or None
+
+
+def parse(body: bytes) -> ChatRequest:
+    """The request body, validated.
+
+    Raises:
+        ApiError: 400, not JSON or a field of the wrong type, missing or unknown (``param`` names it).
+    """
+    try:
+        return ChatRequest.model_validate_json(body)
+    except ValidationError as err:
+        first = max(err.errors(include_url=False), key=lambda e: len(e["loc"]))  # the deepest: the most specific
+        param = _param(first["loc"])
+        if first["type"] == "json_invalid":
+            raise ApiError(f"the body is not JSON ({first['msg']}); send a JSON object", 400) from None
+        if first["type"] == "extra_forbidden":
+            raise ApiError(f"unknown field {param}; this server takes {sorted(ChatRequest.model_fields)} (seer-trt's "
+                           f"own: seer, early_stop, decoding, steps)", 400, param) from None  # fmt: skip
+        raise ApiError(f"{param or 'the body'}: {first['msg']}", 400, param) from None
+
+
+DATA_URL = re.compile(r"data:(image/[\w.+-]+)(?:;[\w=.+-]+)*;base64,(.*)", re.S)
+
+
+def image_bytes(url: str, param: str, max_bytes: int, allow_urls: bool) -> bytes:
+    """The encoded image of a ``data:image/...;base64,`` URL, its size bounded before decoding.
+
+    Raises:
+        ApiError: 400, an http(s) URL (never fetched; with ``allow_urls`` too: fetching is not implemented yet),
+            a data URL that is not a base64 image, or one past ``max_bytes``.
+    """
+    if url.startswith(("http://", "https://")):
+        why = "fetching image URLs is not implemented yet" if allow_urls else "this server does not fetch image URLs"
+        raise ApiError(f"{why}; send the image inline as a data:image/png;base64,... URL", 400, param)
+    match = DATA_URL.fullmatch(url)
+    if match is None:
+        raise ApiError(f"the image URL starts {url[:32]!r}; expected data:image/<type>;base64,<data>", 400, param)
+    data = match.group(2)
+    if len(data) // 4 * 3 > max_bytes:
+        raise ApiError(f"the image is about {len(data) // 4 * 3} bytes, more than the {max_bytes} accepted; send a "
+                       f"smaller file", 400, param)  # fmt: skip
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError("the image's data is not valid base64", 400, param) from None
+
+
+def text_of(content: str | list | None, param: str, images: list[bytes] | None, decode_image) -> str:
+    """A message's text, its parts joined by newlines; image parts go to ``images`` (None: none allowed)."""
+    if content is None:
+        raise ApiError("the message has no content", 400, param)
+    if isinstance(content, str):
+        return content
+    texts = []
+    for i, part in enumerate(content):
+        if isinstance(part, TextPart):
+            texts.append(part.text)
+        elif images is None:
+            raise ApiError("only the user message may hold an image", 400, f"{param}[{i}]")
+        elif images:
+            raise ApiError("a request may hold one image; this model reads one picture per prompt", 400,
+                           f"{param}[{i}]")  # fmt: skip
+        else:
+            images.append(decode_image(part.image_url.url, f"{param}[{i}].image_url.url"))
+    return "\n".join(texts)
+
+
+def to_request(chat: ChatRequest, max_image_bytes: int, allow_image_urls: bool = False) -> Request:
+    """The ``Request`` of a chat body: its last message the user's prompt, a system message its ``system``.
+
+    Raises:
+        ApiError: 400, n other than 1, conflicting window sizes, a turn this model cannot take, a bad image.
+        InputError: a field ``Request`` refuses (a lone surrogate in the text, a malformed decoding rule).
+    """
+    if chat.n != 1:
+        raise ApiError(f"n is {chat.n}; this server answers one choice per request (n = 1)", 400, "n")
+    windows = {w for w in (chat.max_tokens, chat.max_completion_tokens) if w is not None}
+    if len(windows) > 1:
+        raise ApiError(f"max_tokens {chat.max_tokens} and max_completion_tokens {chat.max_completion_tokens} differ; "
+                       f"send one of them", 400, "max_completion_tokens")  # fmt: skip
+
+    def decode(url: str, param: str) -> bytes:
+        return image_bytes(url, param, max_image_bytes, allow_image_urls)
+
+    systems = [i for i, m in enumerate(chat.messages) if m.role in ("system", "developer")]
+    turns = [i for i, m in enumerate(chat.messages) if m.role not in ("system", "developer")]
+    if len(systems) > 1:
+        raise ApiError("send at most one system message", 400, f"messages[{systems[1]}]")
+    if not turns or chat.messages[turns[-1]].role != "user":
+        raise ApiError("the last message must be the user's question", 400, f"messages[{len(chat.messages) - 1}]")
+    if len(turns) > 1:
+        raise ApiError("multi-turn conversations are not supported by this model's prompt format yet (one system "
+                       "and one user message); send the question as one user message", 400,
+                       f"messages[{turns[0]}]")  # fmt: skip
+    if systems and systems[0] > turns[0]:
+        raise ApiError("the system message must come before the user message", 400, f"messages[{systems[0]}]")
+    system = None
+    if systems:
+        system = text_of(chat.messages[systems[0]].content, f"messages[{systems[0]}].content", None, decode)
+    images: list[bytes] = []
+    prompt = text_of(chat.messages[turns[0]].content, f"messages[{turns[0]}].content", images, decode)
+    options = {"gen_length": chat.max_completion_tokens or chat.max_tokens, "steps": chat.steps,
+               "temperature": chat.temperature, "decoding": chat.decoding, "seer": chat.seer,
+               "early_stop": chat.early_stop, "seed": chat.seed}  # fmt: skip
+    return Request(prompt, image=images[0] if images else None, system=system, cache="none",
+                   **{k: v for k, v in options.items() if v is not None})  # fmt: skip
+
+
+# --- what it gets back ----------------------------------------------------------------------------------------
+
+
+class Usage(BaseModel):
+    prompt_tokens: int  # prompt ids of the chat-formatted prompt (an image counts as one placeholder id)
+    completion_tokens: int  # answer ids (Result.token_ids)
+    total_tokens: int
+
+
+class SeerInfo(BaseModel):
+    seer: bool  # whether Seer cut the window at step zero
+    early_stop: bool
+    decoding: str  # the commit rule used
+    steps: int  # denoising steps over the whole window N (the setting)
+    gen_length: int  # N
+    kept: int  # L*: answer positions denoised
+    denoise_steps: int  # denoising steps used
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: Literal["stop", "length"]
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    seer: SeerInfo
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: Delta
+    finish_reason: Literal["stop", "length"] | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    seer: SeerInfo | None = None  # on the chunk that carries the finish_reason
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "seer-trt"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+def finish_reason(result: Result, eot_id: int) -> Literal["stop", "length"]:
+    """ "stop" when the answer ended with <|eot_id|> inside the window, "length" when the window ran out first."""
+    return "stop" if eot_id in result.window else "length"
+
+
+def seer_info(request: Request, gen, result: Result) -> SeerInfo:
+    """seer-trt's settings of ``request`` as run (``gen``: its ``GenerationConfig``), with L* and steps used."""
+    return SeerInfo(seer=bool(request.seer), early_stop=bool(request.early_stop), decoding=gen.decoding,
+                    steps=gen.steps, gen_length=gen.gen_length, kept=result.kept,
+                    denoise_steps=result.steps)  # fmt: skip
+
+
+def usage(prompt_tokens: int, result: Result) -> Usage:
+    n = len(result.token_ids)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=n, total_tokens=prompt_tokens + n)
+
+
+def now() -> int:
+    return int(time.time())
+
+
+class TextStream:
+    """Answer ids as they become final -> the text to send: each time the new suffix of the whole final prefix,
+    decoded, held back while that text does not extend what was sent (a character whose bytes are not all final,
+    a merge a later id changes)."""
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self.decode = decode
+        self.ids: list[int] = []
+        self.sent = ""
+
+    def push(self, ids: list[int]) -> str:
+        self.ids += ids
+        return self._extend(self.decode(self.ids), hold_partial=True)
+
+    def finish(self, text: str) -> str:
+        """The rest of the answer's final text (``Result.text``)."""
+        return self._extend(text, hold_partial=False)
+
+    def _extend(self, text: str, hold_partial: bool) -> str:
+        if not text.startswith(self.sent) or (hold_partial and text.endswith("\ufffd")):
+            return ""
+        delta, self.sent = text[len(self.sent) :], text
+        return delta

@@ -1,0 +1,415 @@
+"""``seer-serve``'s HTTP API: OpenAI-compatible chat completions over a ``StepScheduler`` (docs/DESIGN.md "Serving
+and embedding"), on FastAPI and uvicorn.
+
+In:  HTTP requests; a started ``StepScheduler`` over one ``SeerPipeline`` (the caller owns both).
+Out: ``POST /v1/chat/completions`` (one JSON body, or Server-Sent Events with ``stream``), ``GET /v1/models``,
+     ``GET /health``, ``GET /metrics`` (Prometheus text); every error as OpenAI's ``{"error": {...}}`` body.
+
+    client ─► Guard (API key; body bytes bounded before parsing) ─► route ─► chat.parse ─► Request
+           ─► scheduler.submit ─► engine thread: on_prefix(ids) / the ticket's future
+           ─► loop.call_soon_threadsafe ─► asyncio.Queue ─► JSON body, or one SSE chunk per newly final prefix
+
+A client that disconnects cancels its ticket (the row leaves at the next step boundary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi import Request as HttpRequest
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from seer_trt.contracts.config import GenerationConfig
+from seer_trt.contracts.errors import ConfigError, InputError
+from seer_trt.runtime.request import Request, Result
+from seer_trt.runtime.scheduler import Cancelled, DeadlineExceeded, QueueFull, StepScheduler, Ticket
+from seer_trt.serving import chat
+from seer_trt.serving.chat import ApiError
+
+BODY_SLACK = 2**16  # bytes of a request body besides its text and image: field names, settings, JSON syntax
+
+
+def body_limit(max_chars: int, max_image_bytes: int) -> int:
+    """The most bytes a request body may take: its text at ``max_chars`` characters as JSON escapes at worst (12
+    bytes: a surrogate pair of ``\\uXXXX``, as a JSONL line), the largest image as base64, and ``BODY_SLACK``."""
+    return 12 * max_chars + -(-4 * max_image_bytes // 3) + BODY_SLACK
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+class Metrics:
+    """What ``/metrics`` shows, in a registry of the app's own (several apps may live in one process)."""
+
+    def __init__(self, scheduler: StepScheduler) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("seer_http_requests", "HTTP requests answered, by route and status",
+                                ["route", "status"], registry=r)  # fmt: skip
+        self.errors = Counter("seer_http_errors", "error answers, by OpenAI error type", ["type"], registry=r)
+        self.latency = Histogram("seer_http_request_seconds", "from the request's arrival to its last byte",
+                                 ["route"], registry=r,
+                                 buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
+        Gauge("seer_queue_depth", "requests waiting for admission", registry=r).set_function(lambda: scheduler.depth)
+        Gauge("seer_live_rows", "rows being denoised", registry=r).set_function(lambda: len(scheduler.rows))
+        self.rows = Histogram("seer_rows_per_step", "live rows of each engine step (read at each scrape)",
+                              registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))  # fmt: skip
+        self.steps = Histogram("seer_denoise_steps", "denoising steps per answered request", registry=r,
+                               buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))  # fmt: skip
+        self.kept = Histogram("seer_kept_positions", "L* (answer positions denoised) per answered request",
+                              registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))  # fmt: skip
+        self.scheduler = scheduler
+        self._seen = scheduler.steps
+
+    def render(self) -> bytes:
+        """The registry as Prometheus text, after observing the steps run since the last scrape."""
+        from prometheus_client import generate_latest
+
+        steps, window = self.scheduler.steps, self.scheduler.rows_per_step
+        for rows in window[len(window) - min(steps - self._seen, len(window)) :]:
+            self.rows.observe(rows)
+        self._seen = steps
+        return generate_latest(self.registry)
+
+
+ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
+
+
+class Guard:
+    """ASGI middleware in front of every route: the API key (not on /health), the request body read whole up to
+    its bound before any parsing (413 past it, by Content-Length or by count), and the request metrics."""
+
+    def __init__(self, app, api_key: str | None, max_body: int, metrics: Metrics) -> None:
+        self.app = app
+        self.key = None if api_key is None else b"Bearer " + api_key.encode("utf-8")
+        self.max_body = max_body
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.monotonic()
+        path = scope["path"]
+        route = path if path in ROUTES else "/v1/models/{id}" if path.startswith("/v1/models/") else "other"
+
+        async def counted(message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.requests.labels(route, str(message["status"])).inc()
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                self.metrics.latency.labels(route).observe(time.monotonic() - start)
+            await send(message)
+
+        try:
+            body = await self._read(scope, receive)
+        except ApiError as err:
+            self.metrics.errors.labels(chat.ERROR_TYPES.get(err.status, "server_error")).inc()
+            await error_response(err)(scope, receive, counted)
+            return
+        if body is None:  # the client went away while sending
+            return
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()  # what follows the body: the client's disconnect
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, counted)
+
+    async def _read(self, scope, receive) -> bytes | None:
+        headers = dict(scope["headers"])
+        if self.key is not None and scope["path"] != "/health":
+            if not hmac.compare_digest(headers.get(b"authorization", b""), self.key):
+                raise ApiError("missing or wrong API key; send the header Authorization: Bearer <key>", 401,
+                               code="invalid_api_key")  # fmt: skip
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise ApiError(f"Content-Length is {length[:20]!r}; expected a byte count", 400)
+            if int(length) > self.max_body:
+                raise self._too_large(int(length))
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise self._too_large(size, more=True)
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    def _too_large(self, size: int, more: bool = False) -> ApiError:
+        what = f"more than {size}" if more else str(size)
+        return ApiError(f"the request body is {what} bytes, more than the {self.max_body} accepted (the longest "
+                        f"prompt and the largest image as base64); send a smaller one", 413,
+                        code="request_too_large")  # fmt: skip
+
+
+async def disconnected(receive) -> None:
+    """Returns once the client has gone away."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def next_event(events: asyncio.Queue, gone: asyncio.Future) -> tuple[str, Any] | None:
+    """The next event of a ticket, or None once the client has gone away."""
+    get = asyncio.ensure_future(events.get())
+    done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if get in done:
+        return get.result()
+    get.cancel()
+    return None
+
+
+def outcome(future) -> Result:
+    """A finished ticket's ``Result``, or the ``ApiError`` it answers with."""
+    try:
+        result = future.result()
+    except Cancelled as err:
+        raise ApiError(f"the request was cancelled: {err}", 503, code="cancelled") from None
+    except DeadlineExceeded as err:
+        raise ApiError(f"{err}; send a shorter request or retry later", 504, code="timeout") from None
+    if not result.ok:
+        if result.error_kind == "input":
+            raise ApiError(result.error, 400)
+        raise ApiError(f"the server failed to answer this request: {result.error}", 500)
+    return result
+
+
+@dataclasses.dataclass
+class Service:
+    """What every request of one app shares."""
+
+    scheduler: StepScheduler
+    model: str  # the model name clients send
+    eot_id: int  # <|eot_id|>: an answer that reached it inside the window finished with "stop"
+    metrics: Metrics
+    decode: Callable[[list[int]], str]  # answer ids -> text, special tokens dropped (as Result.text)
+    image_bytes: int  # the largest encoded image
+    allow_image_urls: bool
+    timeout_s: float | None  # each request's deadline from its arrival
+    draining: bool = False  # uvicorn is shutting down: requests on open connections get 503
+
+    def ready(self) -> None:
+        if self.draining or not self.scheduler.running:
+            raise ApiError("the server is not ready (starting or shutting down); retry later", 503,
+                           code="not_ready")  # fmt: skip
+
+    def unknown_model(self, name: str) -> ApiError:
+        return ApiError(f"the model {name!r} does not exist; this server has {self.model!r}", 404, "model",
+                        "model_not_found")  # fmt: skip
+
+
+def create_app(scheduler: StepScheduler, model_name: str, api_key: str | None = None, timeout_s: float | None = None,
+               allow_image_urls: bool = False, max_body_bytes: int | None = None) -> FastAPI:  # fmt: skip
+    """The HTTP app over a scheduler (started and closed by the caller).
+
+    Args:
+        model_name: the only ``model`` the app answers (404 for others), what ``/v1/models`` lists.
+        api_key: every route but ``/health`` requires ``Authorization: Bearer <api_key>``; None: open.
+        timeout_s: each request's deadline from its arrival; None: none.
+        allow_image_urls: accept http(s) image URLs (answered 400, not implemented yet); data: URLs always work.
+        max_body_bytes: the largest request body (default ``body_limit`` of the pipeline's bounds).
+    """
+    pipe = scheduler.pipe
+    tokenizer = pipe.prompts.tokenizer
+    service = Service(scheduler, model_name, pipe.manifest.special_tokens.eot_id, Metrics(scheduler),
+                      lambda ids: tokenizer.decode(ids, skip_special_tokens=True), pipe.image_limits.bytes,
+                      allow_image_urls, timeout_s)  # fmt: skip
+    metrics, created = service.metrics, chat.now()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        service.draining = True
+
+    app = FastAPI(title="seer-serve", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request, err: ApiError):
+        metrics.errors.labels(err.body()["error"]["type"]).inc()
+        return error_response(err)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, err: StarletteHTTPException):
+        message = {404: f"no route {request.url.path}; this server has {list(ROUTES)}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(err.status_code, str(err.detail))  # fmt: skip
+        return await api_error(request, ApiError(message, err.status_code))
+
+    @app.exception_handler(Exception)
+    async def internal(request, err: Exception):  # never a traceback to a client; uvicorn logs it
+        return await api_error(request, ApiError(f"internal error ({type(err).__name__})", 500))
+
+    @app.get("/health")
+    async def health():
+        service.ready()
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def prometheus():
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models():
+        return chat.ModelList(data=[chat.ModelCard(id=model_name, created=created)]).model_dump()
+
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str):
+        if name != model_name:
+            raise service.unknown_model(name)
+        return chat.ModelCard(id=model_name, created=created).model_dump()
+
+    @app.post("/v1/chat/completions")
+    async def completions(http: HttpRequest):
+        return await complete(service, http)
+
+    max_body = max_body_bytes or body_limit(pipe.prompts.max_chars, pipe.image_limits.bytes)
+    app.add_middleware(Guard, api_key=api_key, max_body=max_body, metrics=metrics)
+    return app
+
+
+async def complete(service: Service, http: HttpRequest):
+    """``POST /v1/chat/completions``: the body checked, queued, and answered whole or streamed."""
+    service.ready()
+    body = chat.parse(await http.body())
+    if body.model != service.model:
+        raise service.unknown_model(body.model)
+    pipe = service.scheduler.pipe
+    try:
+        request = chat.to_request(body, service.image_bytes, service.allow_image_urls)
+        # settings and prompt checked before queueing (cheap; tokenizing off the event loop): a bad one is a 400
+        # without a queue slot, and the prompt's ids are its usage
+        gen, prompt_ids = await asyncio.to_thread(
+            lambda: (pipe.generation(request), pipe.prompts.ids(request.prompt, request.image is not None,
+                                                                 request.system)))  # fmt: skip
+    except (InputError, ConfigError) as err:
+        raise ApiError(str(err), 400) from None
+    events: asyncio.Queue = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+
+    def post(item) -> None:  # from the engine thread; a closed loop (shutdown) drops it
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(events.put_nowait, item)
+
+    on_prefix = (lambda ids: post(("ids", ids))) if body.stream else None
+    try:
+        ticket = service.scheduler.submit(request, on_prefix, service.timeout_s)
+    except QueueFull as err:
+        raise ApiError(str(err), 429, code="queue_full") from None
+    ticket.future.add_done_callback(lambda f: post(("done", f)))
+    gone = asyncio.ensure_future(disconnected(http.receive))
+    reply = Reply(ticket, events, gone, request, gen, len(prompt_ids), service)
+    if body.stream:
+        return await reply.stream(body.stream_options is not None and body.stream_options.include_usage)
+    return await reply.whole()
+
+
+class Reply:
+    """One chat completion's answer, whole or streamed, from its ticket's events."""
+
+    def __init__(self, ticket: Ticket, events: asyncio.Queue, gone: asyncio.Future, request: Request,
+                 gen: GenerationConfig, prompt_tokens: int, service: Service) -> None:  # fmt: skip
+        self.ticket, self.events, self.gone = ticket, events, gone  # gone: done once the client went away
+        self.request, self.gen, self.prompt_tokens = request, gen, prompt_tokens
+        self.model, self.eot_id, self.metrics = service.model, service.eot_id, service.metrics
+        self.decode = service.decode
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = chat.now()
+
+    def result(self, future):
+        result = outcome(future)
+        self.metrics.steps.observe(result.steps)
+        self.metrics.kept.observe(result.kept)
+        return result
+
+    def _end(self) -> None:
+        self.gone.cancel()
+        if not self.ticket.future.done():
+            self.ticket.cancel()
+
+    async def whole(self):
+        try:
+            event = await next_event(self.events, self.gone)
+            if event is None:
+                return Response(status_code=499)  # nobody is listening
+            result = self.result(event[1])
+        finally:
+            self._end()
+        return chat.ChatCompletion(
+            id=self.id, created=self.created, model=self.model,
+            choices=[chat.Choice(message=chat.AssistantMessage(content=result.text),
+                                 finish_reason=chat.finish_reason(result, self.eot_id))],
+            usage=chat.usage(self.prompt_tokens, result), seer=chat.seer_info(self.request, self.gen, result),
+        ).model_dump()  # fmt: skip
+
+    async def stream(self, include_usage: bool):
+        """SSE chunks; a request that fails before its first final id is answered with its error status instead."""
+        try:
+            first = await next_event(self.events, self.gone)
+            if first is None:
+                self._end()
+                return Response(status_code=499)
+            if first[0] == "done":
+                outcome(first[1])  # raises its ApiError, before any byte of a stream
+        except BaseException:
+            self._end()
+            raise
+        return StreamingResponse(self._chunks(first, include_usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip
+
+    def _chunk(self, delta: chat.Delta, finish=None, usage=None, seer=None, choices=True) -> str:
+        chunk = chat.ChatCompletionChunk(id=self.id, created=self.created, model=self.model, usage=usage, seer=seer,
+                                         choices=[chat.ChunkChoice(delta=delta, finish_reason=finish)] if choices
+                                         else [])  # fmt: skip
+        return f"data: {chunk.model_dump_json(exclude_none=True)}\n\n"
+
+    async def _chunks(self, event, include_usage: bool):
+        text = chat.TextStream(self.decode)
+        try:
+            yield self._chunk(chat.Delta(role="assistant", content=""))
+            while event is not None:
+                kind, value = event
+                if kind == "ids":
+                    delta = text.push(value)
+                    if delta:
+                        yield self._chunk(chat.Delta(content=delta))
+                    event = await next_event(self.events, self.gone)
+                    continue
+                try:
+                    result = self.result(value)
+                except ApiError as err:  # past its first id (a deadline, a shutdown): the error as an event
+                    self.metrics.errors.labels(err.body()["error"]["type"]).inc()
+                    yield f"data: {json.dumps(err.body())}\n\n"
+                    yield "data: [DONE]\n\n"
+                    return
+                rest = text.finish(result.text)
+                if rest:
+                    yield self._chunk(chat.Delta(content=rest))
+                yield self._chunk(chat.Delta(), chat.finish_reason(result, self.eot_id),
+                                  seer=chat.seer_info(self.request, self.gen, result))  # fmt: skip
+                if include_usage:
+                    yield self._chunk(chat.Delta(), usage=chat.usage(self.prompt_tokens, result), choices=False)
+                yield "data: [DONE]\n\n"
+                return
+        finally:
+            self._end()
