@@ -88,8 +88,10 @@ def test_a_50_mb_prompt_is_refused_at_once_through_the_python_api(fixture_export
         text = "count " * ({BIG} // 6)
         before = {peak_mb()}
         t = time.perf_counter()
-        bad, good = pipe.generate([Request(text), Request("count to 3 .")])
-        print(json.dumps(dict(s=time.perf_counter() - t, grew=({peak_mb()}) - before, error=bad.error,
+        bad, = pipe.generate([Request(text)])
+        s = time.perf_counter() - t
+        bad, good = pipe.generate([Request(text), Request("count to 3 .")])  # and it fails alone
+        print(json.dumps(dict(s=s, grew=({peak_mb()}) - before, error=bad.error,
                               kind=bad.error_kind, good=good.text, limit=pipe.prompts.max_chars)))
     """)
     assert got["good"].startswith("1 2 3") and got["kind"] == "input"
@@ -125,7 +127,9 @@ def test_a_50_mb_jsonl_line_is_refused_with_bounded_memory(fixture_export, tmp_p
     assert runs["big"]["rc"] == 1 and [r["error"] is None for r in results] == [True, False, True]
     assert results[1]["error"].startswith("line 2: ") and "a request line may hold" in results[1]["error"]
     assert runs["big"]["peak"] - runs["control"]["peak"] < 200, runs
-    assert runs["big"]["s"] - runs["control"]["s"] < 3.0, runs  # reading past 50 MB in bounded chunks
+    t = time.perf_counter()
+    assert read_jsonl(big, jsonl_line_limit(9728))[1][1].startswith("line 2: ")
+    assert time.perf_counter() - t < 1.0  # the line is skipped in bounded chunks, never parsed
 
 
 def test_jsonl_lines_past_the_bound_fail_alone_and_the_rest_are_read(tmp_path):
@@ -349,16 +353,24 @@ def test_an_interrupt_during_start_up_is_one_line(tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.slow
-def test_sigterm_and_sigint_during_a_real_start_up_are_one_line(fixture_export):
+@pytest.mark.parametrize("delay", [0.0, 0.3, 1.0])
+def test_sigterm_and_sigint_during_a_real_start_up_are_one_line(fixture_export, delay):
+    """From the console script's call on (the child says "go" there, after its one import line, which imports
+    nothing but the launcher): during the command's imports, then while the pipeline opens; any command, not
+    only those writing folders."""
     for signum in (signal.SIGINT, signal.SIGTERM):
-        p = subprocess.Popen([sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, "
-                              "signal.default_int_handler); from seer_trt.cli import seer_run; sys.argv[1:] = "
-                              f"['--engines', {str(fixture_export[0])!r}, '--prompt', 'count to 3 .']; seer_run()"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        time.sleep(0.3)  # within the imports (the pipeline is not open yet)
+        code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "from seer_trt.cli import seer_run; sys.stderr.write('go\\n'); sys.stderr.flush(); "
+                f"sys.argv[1:] = ['--engines', {str(fixture_export[0])!r}, '--prompt', 'count to 3 .']; seer_run()")  # fmt: skip
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.stderr.readline() == "go\n"
+        time.sleep(delay)
         p.send_signal(signum)
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 128 + signum and f"interrupted ({signal.Signals(signum).name})" in one_line(err)
+        out, err = p.communicate(timeout=120)
+        if p.returncode == 0:  # finished before the signal came (a fast machine at the longest delay)
+            assert delay == 1.0 and out.startswith("1 2 3")
+            continue
+        assert p.returncode == 128 + signum and f"interrupted ({signal.Signals(signum).name})" in one_line(err), err
 
 
 # --- output files ------------------------------------------------------------------------------------------------
@@ -424,7 +436,7 @@ def test_prompt_ids_converts_the_good_lines_and_the_cpp_runner_gets_the_errors_i
 @pytest.mark.slow
 def test_run_time_jsonl_errors_name_their_line(fixture_export, tmp_path):
     lines = [{"prompt": "count to 3 ."}, {"prompt": "count to 3 .", "image": str(tmp_path / "missing.png")},
-             {"prompt": "count " * 3000}]  # fmt: skip
+             {"prompt": "count " * 1500}]  # within the character bound, past the bucket once tokenized  # fmt: skip
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = tmp_path / "out.jsonl"
     rc, _, _ = cli(run_main, ["--engines", str(fixture_export[0]), "--input", str(tmp_path / "in.jsonl"), "--output",

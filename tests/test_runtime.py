@@ -130,7 +130,7 @@ def test_a_call_plans_first_then_executes_its_plan(fixture_export):
     pipe = SeerPipeline.from_manifest(fixture_export[0])
     calls = [Request("count to 3 ."), " ", Request("count to 4 .", seer=False), Request("count to 5 .")]
     plan = pipe.plan(calls)
-    assert plan.size == 4 and list(plan.failed) == [1] and "prompt is empty" in plan.failed[1]
+    assert plan.size == 4 and list(plan.failed) == [1] and "prompt is empty" in plan.failed[1][0]
     assert [g.rows for g in plan.groups] == [(0, 3), (2,)] and [g.mode for g in plan.groups] == ["seer", "full"]
     assert plan.needs_costs and pipe.cost is None  # nothing ran yet
     out = pipe.execute(plan)
@@ -360,7 +360,7 @@ def test_seer_run_prompt_json_and_jsonl(pipe, fixture_export, tmp_path):
         (["--engines", "{export}", "--prompt", ""], "the prompt is empty"),
         (["--engines", "{export}", "--prompt", "hi", "--image", "{tmp}/no.png"], "does not exist"),
         (["--engines", "{export}", "--prompt", "hi", "--policy", "fast"], "invalid choice"),
-        (["--engines", "{export}", "--input", "{tmp}/none.jsonl"], "cannot read --input"),
+        (["--engines", "{export}", "--input", "{tmp}/none.jsonl"], "does not exist; pass a JSONL file"),
         (["--engines", "{export}"], "one of the arguments --prompt --input is required"),
     ],
 )

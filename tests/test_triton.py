@@ -267,11 +267,14 @@ def test_seer_triton_errors_are_one_line_exit_2(fixture_export, cpu_repo, tmp_pa
 def test_force_replaces_a_repository_and_help_is_light(fixture_export, cpu_repo, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(cpu_repo, repo)
-    (repo / "stale").mkdir()
-    rc, _, err = cli(triton_main, ["--engines", str(fixture_export[0]), "--out", str(repo), "--flavour", "cpu",
-                                   "--force"])  # fmt: skip
+    (repo / "stale").mkdir()  # not seer-triton's: --force refuses, and keeps it
+    argv = ["--engines", str(fixture_export[0]), "--out", str(repo), "--flavour", "cpu", "--force"]
+    rc, _, err = cli(triton_main, argv)
+    assert rc == 2 and "did not write (stale/)" in err and (repo / "stale").is_dir()
+    (repo / "stale").rmdir()
+    rc, _, err = cli(triton_main, argv)
     assert rc == 0, err
-    assert not (repo / "stale").exists() and check_repository(repo)
+    assert check_repository(repo)
     code = (
         "import sys\nfrom seer_trt.cli.triton import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n"
         "    assert e.code == 0\nheavy = {'onnxruntime', 'jinja2', 'tritonclient', 'tokenizers', 'PIL', 'torch'}\n"

@@ -152,7 +152,8 @@ nlohmann::ordered_json result_json(const seer::Result& r) {
   using ordered = nlohmann::ordered_json;
   if (!r.ok())
     return ordered{{"text", ""}, {"token_ids", ordered::array()}, {"window", ordered::array()}, {"kept", 0}, {"steps", 0},
-            {"gen_length", 0}, {"seconds", ordered::object()}, {"error", r.error}, {"refreshes", 0}};
+            {"gen_length", 0}, {"seconds", ordered::object()}, {"error", r.error}, {"refreshes", 0},
+            {"error_kind", "input"}};  // a request's failure is its input's: anything else stops the run
   const seer::Timings& t = r.seconds;
   return ordered{{"text", r.text ? ordered(*r.text) : ordered(nullptr)},
           {"token_ids", r.token_ids},
@@ -164,7 +165,8 @@ nlohmann::ordered_json result_json(const seer::Result& r) {
                        {"dispatch", t.dispatch}, {"packing", t.packing}, {"denoise", t.denoise},
                        {"detokenize", t.detokenize}, {"graphs", t.graphs}}},
           {"error", nullptr},
-          {"refreshes", r.refreshes}};
+          {"refreshes", r.refreshes},
+          {"error_kind", nullptr}};
 }
 
 struct Invocation {

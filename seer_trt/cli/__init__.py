@@ -1,7 +1,8 @@
 """The command-line tools: argparse only, one module per command, each a thin layer over a library function.
 
-The console scripts enter through ``launch``: the command's module is imported inside it, with SIGINT, SIGTERM
-and SIGHUP turned into one line and exit status 128 + the signal, as at any later point of a command. (Only
+The console scripts enter through ``launch``: the command's module is imported inside it, and SIGINT, SIGTERM
+and SIGHUP end any command with one line and exit status 128 + the signal, during its imports as at any later
+point. (Only
 Python's own start-up, the first few tens of milliseconds before any of this code runs, is out of its reach.)
 """
 
@@ -14,7 +15,7 @@ import sys
 _START_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
-class StartupInterrupt(KeyboardInterrupt):
+class SignalInterrupt(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
@@ -32,13 +33,20 @@ def by_interrupt(err: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+def _raise(signum, frame):
+    raise SignalInterrupt(signum)
+
+
+_raise.seer_default = True  # stands for the default: signals_as_interrupts installs its own handler over it
+
+
 def launch(prog: str, module: str, argv: list[str] | None = None) -> int:
-    """Import ``module`` and return its ``main(argv)``; an interrupt during the import is one line on stderr."""
-
-    def handler(signum, frame):
-        raise StartupInterrupt(signum)
-
-    previous = {s: signal.signal(s, handler) for s in _START_SIGNALS if signal.getsignal(s) is signal.SIG_DFL}
+    """Import ``module`` and return its ``main(argv)``. SIGTERM and SIGHUP (where not ignored) raise a
+    KeyboardInterrupt for the whole command, as Ctrl-C does, so every command ends on them with one line and
+    128 + the signal (``seer_trt.cli.common.run_main``); an interrupt during the import says so."""
+    for s in _START_SIGNALS:
+        if signal.getsignal(s) is signal.SIG_DFL:
+            signal.signal(s, _raise)
     try:
         main = importlib.import_module(module).main
     except BaseException as err:
@@ -48,9 +56,6 @@ def launch(prog: str, module: str, argv: list[str] | None = None) -> int:
         signum = getattr(interrupt, "signum", signal.SIGINT)
         print(f"{prog}: interrupted ({signal.Signals(signum).name}) while starting; nothing was done", file=sys.stderr)
         return 128 + int(signum)
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
     return main(argv)
 
 

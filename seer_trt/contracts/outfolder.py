@@ -114,7 +114,9 @@ def signals_as_interrupts() -> Iterator[None]:
         raise Interrupted(_pending[0])
 
     def ours(s: int) -> bool:  # a signal someone chose to ignore (nohup's SIGHUP) stays ignored
-        return signal.getsignal(s) is (signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)
+        current = signal.getsignal(s)
+        default = signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL
+        return current is default or getattr(current, "seer_default", False)  # the launcher's stands for it
 
     previous = {s: signal.signal(s, handler) for s in _SIGNALS if ours(s)}
     _armed.append(True)

@@ -193,7 +193,7 @@ def _decoding_error(value: Any) -> str:
 
 def _failed(error: str) -> dict[str, Any]:
     return {"text": "", "token_ids": [], "window": [], "kept": 0, "steps": 0, "gen_length": 0, "seconds": {},
-            "error": error, "refreshes": 0}  # fmt: skip
+            "error": error, "refreshes": 0, "error_kind": "input"}  # fmt: skip
 
 
 def _result(r: _Result) -> dict[str, Any]:
@@ -209,6 +209,7 @@ def _result(r: _Result) -> dict[str, Any]:
         "seconds": dict(zip(STAGES, r.seconds, strict=True)),
         "error": None,
         "refreshes": r.refreshes,
+        "error_kind": None,
     }
 
 
