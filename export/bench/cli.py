@@ -33,9 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
         "dispatch policies on two batches, and ONNX Runtime vs PyTorch eager, on an export of the fixture model "
         "(ratios of medians over interleaved rounds, measured in one run).",
     )
-    ap.add_argument("--workload", default="fixture", choices=("fixture", "llada-v-shaped"),
+    ap.add_argument("--workload", default="fixture", choices=("fixture", "llada-v-shaped", "serving"),
                     help="fixture: the scenarios above on an export of the fixture (default); llada-v-shaped: the prompt "
-                    "K/V cache at LLaDA-V's token counts on a random-weight model (seer_export.bench.cache)")  # fmt: skip
+                    "K/V cache at LLaDA-V's token counts on a random-weight model (seer_export.bench.cache); serving: "
+                    "seer-serve on loopback at 1, 4 and 16 clients, continuous batching vs one request at a time, and "
+                    "its overhead over SeerPipeline.generate (seer_export.bench.serving; needs the 'serve' extra)")  # fmt: skip
     add_engines(ap, "export folder (seer-export); llada-v-shaped: its random model's export, written there when the "
                 "folder is new")  # fmt: skip
     ap.add_argument("--checkpoint", type=Path, help="PyTorch checkpoint for the eager comparison (default: registry)")
@@ -73,6 +75,17 @@ def work(args: argparse.Namespace, command: str) -> int:
         from seer_export.bench import cache
 
         return cache.run(args, command, progress)
+    if args.workload == "serving":
+        require_extra(PROG, ("fastapi", "uvicorn", "httpx"), "serve")
+        from seer_export.bench import serving
+        from seer_trt.eval.report import write_json
+
+        settings = serving.Settings.quick() if args.quick else serving.Settings()
+        report = serving.bench(args.engines, settings, args.seed, progress, command, args.threads)
+        print(serving.table(report))
+        if args.json:
+            write_json(args.json, report)
+        return 0
     from seer_export.bench.fixture import Settings, bench, plot, tables
     from seer_trt.contracts.config import canonical_decoding
     from seer_trt.contracts.manifest import Manifest

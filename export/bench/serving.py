@@ -12,7 +12,7 @@ Out: per concurrency, for each server (``continuous``: the step scheduler's defa
 Both servers run in this process (uvicorn in threads, one port each) over one pipeline, so they share the
 backend's sessions and the measuring clients share the machine's two cores with them: figures are of the whole
 loopback system, as a user on one machine would see it. Requests are held-out fixture prompts with their images
-as ``data:`` URLs, greedy, the exact loop.
+as ``data:`` URLs (text alone where a task has none), greedy, the exact loop.
 """
 
 from __future__ import annotations
@@ -81,6 +81,8 @@ class _Server:
 def _body(sample, name: str) -> dict[str, Any]:
     from PIL import Image
 
+    if sample.image is None:
+        return {"model": name, "messages": [{"role": "user", "content": sample.question}], "temperature": 0}
     buf = io.BytesIO()
     Image.fromarray(sample.image).save(buf, format="PNG")
     url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
