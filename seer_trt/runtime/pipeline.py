@@ -216,13 +216,14 @@ class SeerPipeline:
 
     # --- plan -----------------------------------------------------------------------------------------------
 
-    def encode(self, prompt: str, image: Image | None = None, system: str | None = None) -> PromptEmbeds:
+    def encode(self, prompt: str, image: Image | None = None, system: str | None = None,
+               history: Sequence[tuple[str, str]] = ()) -> PromptEmbeds:  # fmt: skip
         """A request's prompt embeddings: prompt ids, then the image's tiles, then both through the graphs.
 
         Raises:
             InputError: an empty prompt, misplaced ``<image>`` placeholders, or an unreadable or too large image.
         """
-        ids = self.prompts.ids(prompt, image is not None, system)
+        ids = self.prompts.ids(prompt, image is not None, system, history)
         prepared = None if image is None else prepare_image(image, self.manifest.vision, self.image_limits)
         return self.embedder.embed(ids, prepared)
 
@@ -242,7 +243,7 @@ class SeerPipeline:
                 self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
             except ManifestError as err:  # what this request asks of an export that cannot do it
                 raise InputError(str(err)) from None
-        prompt = self.encode(request.prompt, request.image, request.system)
+        prompt = self.encode(request.prompt, request.image, request.system, request.history)
         largest = self.buckets.prompt[-1]
         if len(prompt.embeds) > largest:
             raise InputError(

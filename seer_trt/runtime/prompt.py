@@ -50,20 +50,19 @@ class ChatFormat:
 
         return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(self.template)
 
-    def _render(self, contents: Sequence[str]) -> str:
-        """The template over ``contents``: (system, user) when there are two, (user,) otherwise."""
-        roles = ("system", "user")[-len(contents) :]
+    def _render(self, roles: Sequence[str], contents: Sequence[str]) -> str:
         messages = [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
         return self._compiled.render(messages=messages, bos_token=self.bos_token, add_generation_prompt=True)
 
-    def render(self, user: str, system: str | None = None) -> str:
-        """The full prompt text for one user turn, ending with the assistant header (``system``: None for the
-        default system message, "" for none)."""
-        return "".join(text for text, _ in self.segments(user, system))
+    def render(self, user: str, system: str | None = None, history: Sequence[tuple[str, str]] = ()) -> str:
+        """The full prompt text for a user turn, ending with the assistant header (``system``: None for the
+        default system message, "" for none; ``history``: earlier (role, text) turns, oldest first)."""
+        return "".join(text for text, _ in self.segments(user, system, history))
 
-    def segments(self, user: str, system: str | None = None) -> list[tuple[str, str | None]]:
-        """The prompt as (text, role) pieces, in order: role None for the template's own text, "system" or "user"
-        for message content.
+    def segments(self, user: str, system: str | None = None,
+                 history: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str | None]]:  # fmt: skip
+        """The prompt as (text, role) pieces, in order: role None for the template's own text, "system", "user"
+        or "assistant" for message content; the last "user" piece is ``user``, the turn being answered.
 
         The template's own text (role headers, ``<|eot_id|>``, BOS) is what may hold control tokens; message
         content is the user's and is tokenized as plain text (``ChatTokenizer``). Each content goes through the
@@ -75,10 +74,11 @@ class ChatFormat:
             ConfigError: the template does not place each message's content exactly once, as one piece.
         """
         system = self.system if system is None else system
-        roles, contents = (["system", "user"], [system, user]) if system else (["user"], [user])
+        roles = [*(["system"] if system else []), *(role for role, _ in history), "user"]
+        contents = [*([system] if system else []), *(text for _, text in history), user]
         nonce = secrets.token_hex(8)
         slots = [f"\x00seer-content-{i}-{nonce}\x00" for i in range(len(contents))]
-        base = self._render(slots)
+        base = self._render(roles, slots)
         placed = []
         for i, content in enumerate(contents):
             if base.count(slots[i]) != 1:
@@ -86,7 +86,7 @@ class ChatFormat:
                                   f"once; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
             start = base.index(slots[i])
             prefix, suffix = base[:start], base[start + len(slots[i]) :]
-            filled = self._render([content if j == i else s for j, s in enumerate(slots)])
+            filled = self._render(roles, [content if j == i else s for j, s in enumerate(slots)])
             if not (filled.startswith(prefix) and filled.endswith(suffix) and len(filled) >= len(prefix) + len(suffix)):
                 raise ConfigError("the chat template renders around message content differently depending on the "
                                   "content; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
@@ -143,15 +143,18 @@ class ChatTokenizer:
                              f"{[self.control.id_to_token(i) for i in control]}; remove them from the text")  # fmt: skip
         return ids
 
-    def encode(self, user: str, system: str | None = None) -> list[int]:
-        """Prompt ids of one user turn, ``IMAGE_PLACEHOLDER`` for every ``<image>`` of the user's message
-        (``tokenizer_image_token``); ``system``: None for the default system message, "" for none."""
+    def encode(self, user: str, system: str | None = None, history: Sequence[tuple[str, str]] = ()) -> list[int]:
+        """Prompt ids of a user turn, ``IMAGE_PLACEHOLDER`` for every ``<image>`` of the user's message
+        (``tokenizer_image_token``); ``system``: None for the default system message, "" for none; ``history``:
+        earlier (role, text) turns, all text (an ``<image>`` in them stays text)."""
+        pieces = self.chat.segments(user, system, history)
+        last = max(i for i, (_, role) in enumerate(pieces) if role == "user") if user else -1
         ids: list[int] = []
-        for text, role in self.chat.segments(user, system):
+        for i, (text, role) in enumerate(pieces):
             if role is None:
                 ids.extend(self.control.encode(text, add_special_tokens=False).ids)
             else:
-                ids.extend(self.user_ids(text, images=role == "user"))
+                ids.extend(self.user_ids(text, images=i == last))
         return ids
 
 
@@ -199,22 +202,30 @@ class PromptFormat:
             raise ConfigError(f"max_prompt_chars must be a positive integer, got {max_chars!r}")
         self.max_chars = max_chars or prompt_char_limit(self.tokenizer, self.max_tokens)
 
-    def check_length(self, prompt: str, system: str | None = None) -> None:
+    def check_length(self, prompt: str, system: str | None = None, history: Sequence[tuple[str, str]] = ()) -> None:
         """Refuse message text longer than ``max_chars``, before any work that grows with it.
 
         Raises:
             InputError: naming the limit and the bucket it comes from.
         """
-        n = len(prompt) + len(system or "")
+        n = len(prompt) + len(system or "") + sum(len(text) for _, text in history)
         if n > self.max_chars:
-            what = "the prompt and system message hold" if system else "the prompt holds"
+            what = (
+                "the messages hold"
+                if history
+                else "the prompt and system message hold"
+                if system
+                else ("the prompt holds")
+            )
             raise InputError(f"{what} {n} characters, more than the {self.max_chars} accepted (max_prompt_chars: "
                              f"what the largest prompt bucket, {self.max_tokens} embeddings, can hold); shorten "
                              f"it, or re-export with larger buckets")  # fmt: skip
 
-    def ids(self, prompt: str, has_image: bool, system: str | None = None) -> list[int]:
-        """Prompt ids of one user turn; ``<image>`` is prepended when an image comes without a placeholder.
-        The prompt and ``system`` are text: special-token strings in them stay text (``ChatTokenizer``).
+    def ids(self, prompt: str, has_image: bool, system: str | None = None,
+            history: Sequence[tuple[str, str]] = ()) -> list[int]:  # fmt: skip
+        """Prompt ids of a user turn after ``history`` (earlier (role, text) turns); ``<image>`` is prepended
+        when an image comes without a placeholder. The prompt, ``system`` and the history are text: special-token
+        strings in them stay text (``ChatTokenizer``); the image belongs to the turn being answered.
 
         Raises:
             InputError: the text is longer than ``max_chars``, an empty prompt, or a number of ``<image>``
@@ -222,7 +233,7 @@ class PromptFormat:
         """
         if not isinstance(prompt, str) or not isinstance(system, str | None):
             raise InputError(f"the prompt is a {type(prompt).__name__}; send the question as text")
-        self.check_length(prompt, system)
+        self.check_length(prompt, system, history)
         if not prompt or not prompt.strip():
             raise InputError("the prompt is empty; send the question as text")
         n_tokens = prompt.count(IMAGE_TOKEN)
@@ -233,4 +244,4 @@ class PromptFormat:
                 f"the prompt holds {n_tokens} {IMAGE_TOKEN} placeholder(s) for {int(has_image)} image(s); use one "
                 f"{IMAGE_TOKEN} per image (or none: it is prepended)"
             )
-        return self.chat_tokenizer.encode(prompt, system)
+        return self.chat_tokenizer.encode(prompt, system, history)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,33 @@ def check_settings(gen_length: Any = None, steps: Any = None, block_length: Any 
             raise InputError(str(err)) from None
 
 
+def check_history(history: Any) -> tuple[tuple[str, str], ...]:
+    """Earlier turns as a tuple of (role, text): user and assistant alternating from a user turn, so the turn
+    being answered (the prompt, a user's) follows an assistant's. Pairs or {"role", "content"} objects (JSON).
+
+    Raises:
+        InputError: naming the first turn that is not one, or breaks the alternation.
+    """
+    if isinstance(history, str | bytes) or not isinstance(history, Sequence):
+        raise InputError(f"history is a {type(history).__name__}; expected a list of (role, text) turns")
+    out = []
+    for i, turn in enumerate(history):
+        if isinstance(turn, Mapping) and set(turn) == {"role", "content"}:
+            turn = (turn["role"], turn["content"])
+        if isinstance(turn, str | bytes) or not isinstance(turn, Sequence) or len(turn) != 2:
+            raise InputError(f"history[{i}] is {ascii(turn)[:60]}; expected a (role, text) pair")
+        role, text = turn
+        expected = ("user", "assistant")[i % 2]
+        if role != expected:
+            raise InputError(f"history[{i}] is a {ascii(role)[:20]} turn; expected {expected!r} (turns alternate "
+                             f"user, assistant, ..., and the prompt is the user's next turn)")  # fmt: skip
+        check_text(f"history[{i}]", text)
+        out.append((role, text))
+    if len(out) % 2:
+        raise InputError("history ends with a user turn; the prompt is the user's next turn, after an assistant's")
+    return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class Request:
     """One question; ``None`` overrides take the export's generation defaults."""
@@ -86,12 +113,14 @@ class Request:
     window: int | None = None  # cut the window to this many positions without step zero (the oracle: true length)
     seed: int = 0  # sampling noise of this request (temperature > 0 or random remasking)
     system: str | None = None  # system message instead of the export's ("" for none); text, like the prompt
+    history: tuple[tuple[str, str], ...] = ()  # earlier turns, oldest first: ("user" | "assistant", text), text only
 
     def __post_init__(self) -> None:
         """Every field's type, so a malformed request fails alone with one line (``InputError``)."""
         check_text("prompt", self.prompt)
         if self.system is not None:
             check_text("system", self.system)
+        object.__setattr__(self, "history", check_history(self.history))
         if self.image is not None and not isinstance(self.image, str | Path | bytes | bytearray | np.ndarray):
             raise InputError(f"image is a {type(self.image).__name__}; expected a file path, encoded bytes or an "
                              f"[H, W, 3] uint8 array")  # fmt: skip

@@ -245,8 +245,8 @@ class CppRequests:
         from seer_trt.runtime.request import Request
 
         request = Request.from_dict(data)
-        out: dict[str, Any] = {k: v for k, v in data.items() if k not in ("prompt", "image", "system")}
-        out["prompt_ids"] = self.prompts.ids(request.prompt, request.image is not None, request.system)
+        out: dict[str, Any] = {k: v for k, v in data.items() if k not in ("prompt", "image", "system", "history")}
+        out["prompt_ids"] = self.prompts.ids(request.prompt, request.image is not None, request.system, request.history)
         if request.image is not None:
             if tiles_path is None:
                 raise InputError("an image needs a file for its tiles; pass --tiles FILE.npy (or --tiles-dir DIR)")
