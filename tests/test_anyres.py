@@ -247,7 +247,8 @@ def test_downsampling_only_past_the_1_1_margin(size, crop, out):
 
 
 def _tiny(image_size: int = 16, patch_size: int = 8, **kw):
-    torch = pytest.importorskip("torch")
+    import torch  # the export extra, always installed for the tests
+
     from seer_export.models import LLaDAV, LLaDAVConfig, TextConfig, VisionConfig
 
     cfg = LLaDAVConfig(
@@ -315,7 +316,8 @@ def test_merge_3_to_1_image_keeps_expected_rows():
 
 
 def test_merge_downsamples_bilinearly_past_the_max():
-    torch = pytest.importorskip("torch")
+    import torch  # the export extra, always installed for the tests
+
     model = _tiny(image_size=24, patch_size=8, image_aspect_ratio="anyres_max_1")
     grid, side = (2, 2), 3
     feats = torch.randn(5, 9, 32, generator=torch.Generator().manual_seed(1))
@@ -335,7 +337,8 @@ def test_merge_downsamples_bilinearly_past_the_max():
 
 
 def test_merge_without_downsampling_keeps_values():
-    torch = pytest.importorskip("torch")
+    import torch  # the export extra, always installed for the tests
+
     model = _tiny(image_size=24, patch_size=8, image_aspect_ratio="anyres_max_4")  # 2x2 of 3x3: t = 1
     feats = torch.randn(5, 9, 32, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
@@ -348,7 +351,8 @@ def test_merge_without_downsampling_keeps_values():
 
 
 def test_merge_errors():
-    torch = pytest.importorskip("torch")
+    import torch  # the export extra, always installed for the tests
+
     model = _tiny(image_size=24, patch_size=8)
     with pytest.raises(InputError, match="2x1 grid"):
         model.merge_anyres(torch.zeros(2, 9, 32), _fake_image((2, 1), (300, 100), 3))
@@ -361,7 +365,8 @@ def test_merge_errors():
 
 
 def test_single_tile_path_still_works():
-    torch = pytest.importorskip("torch")
+    import torch  # the export extra, always installed for the tests
+
     model = _tiny()
     ids = [1, 2, -200, 3]
     pixels = torch.from_numpy(pixel_tiles(_image(20, 20), 16))
@@ -374,7 +379,8 @@ def test_single_tile_path_still_works():
 
 
 def test_anyres_path_through_embed_prompt():
-    torch = pytest.importorskip("torch")
+    import torch  # the export extra, always installed for the tests
+
     model = _tiny()
     cfg = model.config
     images = [anyres_tiles(_image(12, 40, 1), 16, cfg.image_grid_pinpoints), anyres_tiles(_image(50, 30, 2), 16)]
