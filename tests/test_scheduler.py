@@ -21,12 +21,17 @@ def pipe(fixture_export) -> SeerPipeline:
     return SeerPipeline.from_manifest(fixture_export[0], threads=1)
 
 
+def _prompt(i: int, sample) -> tuple[str, object]:
+    """Every sixth request text only: its question without the image placeholder."""
+    return (sample.question, sample.image) if i % 6 else (sample.question.replace("<image>\n", ""), None)
+
+
 def mixed(n: int, seed: int = 3) -> list[Request]:
     """Every kind of row the loop runs: each decoding rule, early stop, the padded baseline, an oracle window,
     with and without images."""
     out = []
     for i, s in enumerate(make_samples(seed, n)):
-        out.append(Request(s.question, s.image if i % 6 else None, decoding=["fixed", "threshold:0.9", "factor:1",
+        out.append(Request(*_prompt(i, s), decoding=["fixed", "threshold:0.9", "factor:1",
                            None][i % 4], early_stop=i % 3 == 0, seer=i % 5 != 4, window=5 if i == 7 else None,
                            cache="none"))  # fmt: skip
     return out
@@ -36,8 +41,37 @@ def same(a, b) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in FIELDS)
 
 
+def differing(alone, got) -> list[int]:
+    return [i for i, (a, g) in enumerate(zip(alone, got, strict=True)) if not same(a, g)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["static", "packed"])
+def test_requests_admitted_between_steps_get_their_answers_alone(pipe, policy):
+    """The loop stepped by hand, two requests joining at each step boundary, under a fixed dispatch policy: the
+    call shapes are then the same on every run, and every answer is exactly the answer alone."""
+    requests = mixed(16)
+    alone = [pipe.generate([r])[0] for r in requests]
+    scheduler = StepScheduler(pipe, policy=policy)  # not started: the test steps it
+    streamed: dict[int, list[int]] = {i: [] for i in range(len(requests))}
+    tickets = []
+    while len(tickets) < len(requests) or scheduler.rows or scheduler.depth:
+        for i in range(len(tickets), min(len(tickets) + 2, len(requests))):
+            tickets.append(scheduler.submit(requests[i], on_prefix=lambda ids, i=i: streamed[i].extend(ids)))
+        scheduler.step()
+        assert scheduler.steps < 2000
+    got = [t.result(0) for t in tickets]
+    scheduler.close()
+    assert all(g.ok for g in got) and differing(alone, got) == []
+    assert all(tuple(streamed[i]) == g.token_ids for i, g in enumerate(got))  # the prefixes add up to the answer
+    assert max(scheduler.rows_per_step) > 2  # rows admitted at different steps did share steps
+
+
 @pytest.mark.slow
 def test_requests_arriving_apart_get_their_answers_alone(pipe):
+    """Arriving while others denoise, under the measured cost model: which rows share a call, in which shape, now
+    depends on timing, and a row batched with others is equal to the row alone only up to float rounding
+    (docs/DESIGN.md, the step scheduler), so at most one answer in 16 may differ (measured: see the DESIGN)."""
     requests = mixed(16)
     alone = [pipe.generate([r])[0] for r in requests]
     scheduler = StepScheduler(pipe).start()
@@ -50,7 +84,7 @@ def test_requests_arriving_apart_get_their_answers_alone(pipe):
         got = [t.result(120) for t in tickets]
     finally:
         scheduler.close()
-    assert all(g.ok for g in got) and all(same(a, g) for a, g in zip(alone, got, strict=True))
+    assert all(g.ok for g in got) and len(differing(alone, got)) <= 1
     assert all(tuple(streamed[i]) == g.token_ids for i, g in enumerate(got))  # the prefixes add up to the answer
     assert max(scheduler.rows_per_step) > 1  # rows did share steps
     assert scheduler.depth == 0 and not scheduler.rows
@@ -78,7 +112,7 @@ def test_sampling_and_cached_requests_are_answered_alone_with_the_pipelines_answ
         got = [scheduler.generate(r, timeout_s=60) for r in requests]
     finally:
         scheduler.close()
-    assert all(same(a, g) for a, g in zip(alone, got, strict=True))
+    assert differing(alone, got) == []  # answered by generate alone: the very same calls
 
 
 @pytest.mark.slow
@@ -139,4 +173,4 @@ def test_threads_submitting_at_once(pipe):
             t.join(180)
     finally:
         scheduler.close()
-    assert all(same(a, g) for a, g in zip(alone, got, strict=True))
+    assert all(g is not None and g.ok for g in got) and len(differing(alone, got)) <= 1  # timing decides the shapes
