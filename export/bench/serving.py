@@ -21,7 +21,6 @@ import base64
 import dataclasses
 import io
 import os
-import socket
 import statistics
 import threading
 import time
@@ -46,26 +45,22 @@ class Settings:
         return cls(concurrency=(1, 4, 16), requests=16, rounds=2, overhead_requests=8)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Server:
     """seer-serve's app over its own scheduler, in a thread of this process."""
 
     def __init__(self, pipe, max_rows: int | None, name: str) -> None:
         import uvicorn
 
+        from seer_trt.cli.serve import listen
         from seer_trt.runtime.scheduler import StepScheduler
         from seer_trt.serving.http import create_app
 
         self.scheduler = StepScheduler(pipe, max_rows=max_rows, max_queue=1024).start()
-        self.port = _free_port()
-        config = uvicorn.Config(create_app(self.scheduler, name), host="127.0.0.1", port=self.port, log_level="error")
+        self.sock = listen("127.0.0.1", 0)  # seer-serve's own socket (TCP_NODELAY on its connections)
+        self.port = self.sock.getsockname()[1]
+        config = uvicorn.Config(create_app(self.scheduler, name), log_level="error")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.time() + 60
         while not self.server.started and time.time() < deadline:
@@ -75,6 +70,7 @@ class _Server:
     def close(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+        self.sock.close()
         self.scheduler.close()
 
 
@@ -115,6 +111,27 @@ def _burst(url: str, bodies: list[dict], concurrency: int) -> tuple[float, list[
     return wall, latencies, texts
 
 
+def _overhead(pipe, url: str, pairs: list) -> dict[str, Any]:
+    """One client, one request after another, each sent both ways in alternating order: ``SeerPipeline.generate``
+    directly and through HTTP; the medians, their difference (the server's fixed cost) and its share."""
+    import httpx
+
+    direct, http = [], []
+    with httpx.Client(timeout=300) as client:
+        for i, (request, body) in enumerate(pairs):
+            for way in ("direct", "http") if i % 2 == 0 else ("http", "direct"):
+                t = time.perf_counter()
+                if way == "direct":
+                    pipe.generate([request])
+                    direct.append(time.perf_counter() - t)
+                else:
+                    client.post(url, json=body).raise_for_status()
+                    http.append(time.perf_counter() - t)
+    d, h = statistics.median(direct), statistics.median(http)
+    return {"direct_median_s": d, "http_median_s": h, "fixed_cost_s": h - d, "relative": h / d - 1.0,
+            "requests": len(direct)}  # fmt: skip
+
+
 def _spread(values: list[float]) -> dict[str, Any]:
     return {"value": float(np.median(values)), "min": min(values), "max": max(values), "rounds": len(values)}
 
@@ -152,26 +169,14 @@ def bench(folder, settings: Settings, seed: int, progress: Progress, command: st
                       "p50_s": float(np.percentile(v["lat"], 50)), "p99_s": float(np.percentile(v["lat"], 99))}
                 for key, v in per.items()
             } | {"continuous_over_one_at_a_time": _spread(ratios)}  # fmt: skip
+        url = servers["continuous"].url
+        short = [(Request(x.question, x.image, cache="none"), body) for x, body in zip(samples, bodies, strict=True)]
+        long = [(Request(x.question, x.image, cache="none", seer=False), {**body, "seer": False})
+                for x, body in zip(samples, bodies, strict=True)]  # fmt: skip
         progress("serving: overhead, one client, HTTP vs SeerPipeline.generate, request by request")
-        import httpx
-
-        direct, http = [], []
-        with httpx.Client(timeout=300) as client:
-            for s, body in zip(samples[: settings.overhead_requests], bodies, strict=False):
-                for way in ("direct", "http") if len(direct) % 2 == 0 else ("http", "direct"):
-                    t = time.perf_counter()
-                    if way == "direct":
-                        pipe.generate([Request(s.question, s.image, cache="none")])
-                        direct.append(time.perf_counter() - t)
-                    else:
-                        client.post(servers["continuous"].url, json=body).raise_for_status()
-                        http.append(time.perf_counter() - t)
-        report["overhead"] = {
-            "direct_median_s": statistics.median(direct),
-            "http_median_s": statistics.median(http),
-            "relative": statistics.median(http) / statistics.median(direct) - 1.0,
-            "requests": len(direct),
-        }
+        report["overhead"] = _overhead(pipe, url, short[: settings.overhead_requests])
+        progress("serving: overhead on longer requests (the padded loop, every step over the whole window)")
+        report["overhead_long"] = _overhead(pipe, url, long[: max(4, settings.overhead_requests // 3)])
     finally:
         for srv in servers.values():
             srv.close()
@@ -189,8 +194,11 @@ def table(report: dict) -> str:
                          f"{v['p99_s']:.3f} |")  # fmt: skip
         x = level["continuous_over_one_at_a_time"]
         lines.append(f"| {c} | continuous / one at a time | {x['value']:.2f}x [{x['min']:.2f}-{x['max']:.2f}] | | |")
-    o = report["overhead"]
-    lines.append(f"\nserver overhead (one client, HTTP vs SeerPipeline.generate, {o['requests']} requests): "
-                 f"{o['http_median_s'] * 1e3:.1f} ms vs {o['direct_median_s'] * 1e3:.1f} ms median, "
-                 f"{o['relative'] * 100:+.1f} %; load average {report['load_average'][0]:.2f}")  # fmt: skip
+    lines.append("")
+    for key, what in (("overhead", "the requests above"), ("overhead_long", "padded-loop requests")):
+        o = report[key]
+        lines.append(f"server overhead, {what} (one client, HTTP vs SeerPipeline.generate, {o['requests']} "
+                     f"requests): {o['http_median_s'] * 1e3:.1f} ms vs {o['direct_median_s'] * 1e3:.1f} ms median, "
+                     f"{o['fixed_cost_s'] * 1e3:+.1f} ms, {o['relative'] * 100:+.1f} %")  # fmt: skip
+    lines.append(f"load average {report['load_average'][0]:.2f}")
     return "\n".join(lines)
