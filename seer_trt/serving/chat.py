@@ -19,7 +19,7 @@ import base64
 import binascii
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -144,16 +144,23 @@ def parse(body: bytes) -> ChatRequest:
 DATA_URL = re.compile(r"data:(image/[\w.+-]+)(?:;[\w=.+-]+)*;base64,(.*)", re.S)
 
 
-def image_bytes(url: str, param: str, max_bytes: int, allow_urls: bool) -> bytes:
-    """The encoded image of a ``data:image/...;base64,`` URL, its size bounded before decoding.
+def is_remote(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+def image_bytes(url: str, param: str, max_bytes: int, fetched: Mapping[str, bytes] | None) -> bytes:
+    """The encoded image of a ``data:image/...;base64,`` URL, its size bounded before decoding, or of an http(s)
+    URL the server fetched (``fetched``; None: the server does not fetch).
 
     Raises:
-        ApiError: 400, an http(s) URL (never fetched; with ``allow_urls`` too: fetching is not implemented yet),
-            a data URL that is not a base64 image, or one past ``max_bytes``.
+        ApiError: 400, an http(s) URL the server does not fetch, a data URL that is not a base64 image, or one
+            past ``max_bytes``.
     """
-    if url.startswith(("http://", "https://")):
-        why = "fetching image URLs is not implemented yet" if allow_urls else "this server does not fetch image URLs"
-        raise ApiError(f"{why}; send the image inline as a data:image/png;base64,... URL", 400, param)
+    if is_remote(url):
+        if fetched is None:
+            raise ApiError("this server does not fetch image URLs (start it with --allow-image-urls); send the "
+                           "image inline as a data:image/png;base64,... URL", 400, param)  # fmt: skip
+        return fetched[url]
     match = DATA_URL.fullmatch(url)
     if match is None:
         raise ApiError(f"the image URL starts {url[:32]!r}; expected data:image/<type>;base64,<data>", 400, param)
@@ -178,7 +185,7 @@ def text_of(content: str | list | None, param: str, images: list[bytes] | None, 
         if isinstance(part, TextPart):
             texts.append(part.text)
         elif images is None:
-            raise ApiError("only the user message may hold an image", 400, f"{param}[{i}]")
+            raise ApiError("only the last user message may hold an image", 400, f"{param}[{i}]")
         elif images:
             raise ApiError("a request may hold one image; this model reads one picture per prompt", 400,
                            f"{param}[{i}]")  # fmt: skip
@@ -187,11 +194,22 @@ def text_of(content: str | list | None, param: str, images: list[bytes] | None, 
     return "\n".join(texts)
 
 
-def to_request(chat: ChatRequest, max_image_bytes: int, allow_image_urls: bool = False) -> Request:
-    """The ``Request`` of a chat body: its last message the user's prompt, a system message its ``system``.
+def remote_images(chat: ChatRequest) -> list[tuple[str, str]]:
+    """(url, param) of every http(s) image URL of the body, for a server that fetches them before ``to_request``."""
+    out = []
+    for m, message in enumerate(chat.messages):
+        for i, part in enumerate(message.content if isinstance(message.content, list) else []):
+            if isinstance(part, ImagePart) and is_remote(part.image_url.url):
+                out.append((part.image_url.url, f"messages[{m}].content[{i}].image_url.url"))
+    return out
+
+
+def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, bytes] | None = None) -> Request:
+    """The ``Request`` of a chat body: its last message the user's prompt, the turns before it its ``history``, a
+    system message its ``system``.
 
     Raises:
-        ApiError: 400, n other than 1, conflicting window sizes, a turn this model cannot take, a bad image.
+        ApiError: 400, n other than 1, conflicting window sizes, turns out of order, a bad image.
         InputError: a field ``Request`` refuses (a lone surrogate in the text, a malformed decoding rule).
     """
     if chat.n != 1:
@@ -202,7 +220,7 @@ def to_request(chat: ChatRequest, max_image_bytes: int, allow_image_urls: bool =
                        f"send one of them", 400, "max_completion_tokens")  # fmt: skip
 
     def decode(url: str, param: str) -> bytes:
-        return image_bytes(url, param, max_image_bytes, allow_image_urls)
+        return image_bytes(url, param, max_image_bytes, fetched)
 
     systems = [i for i, m in enumerate(chat.messages) if m.role in ("system", "developer")]
     turns = [i for i, m in enumerate(chat.messages) if m.role not in ("system", "developer")]
@@ -210,21 +228,25 @@ def to_request(chat: ChatRequest, max_image_bytes: int, allow_image_urls: bool =
         raise ApiError("send at most one system message", 400, f"messages[{systems[1]}]")
     if not turns or chat.messages[turns[-1]].role != "user":
         raise ApiError("the last message must be the user's question", 400, f"messages[{len(chat.messages) - 1}]")
-    if len(turns) > 1:
-        raise ApiError("multi-turn conversations are not supported by this model's prompt format yet (one system "
-                       "and one user message); send the question as one user message", 400,
-                       f"messages[{turns[0]}]")  # fmt: skip
     if systems and systems[0] > turns[0]:
-        raise ApiError("the system message must come before the user message", 400, f"messages[{systems[0]}]")
+        raise ApiError("the system message must come before the conversation's turns", 400, f"messages[{systems[0]}]")
+    for k, i in enumerate(turns):  # the last is the user's (above), so alternating from a user's is all
+        expected = ("user", "assistant")[k % 2]
+        if chat.messages[i].role != expected:
+            raise ApiError(f"messages[{i}] is a {chat.messages[i].role!r} message where this model's chat format "
+                           f"needs {expected!r}: turns alternate user, assistant, ..., from the user's first to the "
+                           f"question (tool messages are not supported)", 400, f"messages[{i}]")  # fmt: skip
     system = None
     if systems:
         system = text_of(chat.messages[systems[0]].content, f"messages[{systems[0]}].content", None, decode)
+    history = tuple((chat.messages[i].role, text_of(chat.messages[i].content, f"messages[{i}].content", None, decode))
+                    for i in turns[:-1])  # fmt: skip
     images: list[bytes] = []
-    prompt = text_of(chat.messages[turns[0]].content, f"messages[{turns[0]}].content", images, decode)
+    prompt = text_of(chat.messages[turns[-1]].content, f"messages[{turns[-1]}].content", images, decode)
     options = {"gen_length": chat.max_completion_tokens or chat.max_tokens, "steps": chat.steps,
                "temperature": chat.temperature, "decoding": chat.decoding, "seer": chat.seer,
                "early_stop": chat.early_stop, "seed": chat.seed}  # fmt: skip
-    return Request(prompt, image=images[0] if images else None, system=system, cache="none",
+    return Request(prompt, image=images[0] if images else None, system=system, history=history, cache="none",
                    **{k: v for k, v in options.items() if v is not None})  # fmt: skip
 
 

@@ -204,9 +204,10 @@ class Service:
     metrics: Metrics
     decode: Callable[[list[int]], str]  # answer ids -> text, special tokens dropped (as Result.text)
     image_bytes: int  # the largest encoded image
-    allow_image_urls: bool
+    allow_image_urls: bool  # fetch http(s) image URLs (else: 400)
     timeout_s: float | None  # each request's deadline from its arrival
     draining: bool = False  # uvicorn is shutting down: requests on open connections get 503
+    image_url_timeout_s: float = 10.0  # one image URL's whole fetch, redirects included
 
     def ready(self) -> None:
         if self.draining or not self.scheduler.running:
@@ -219,21 +220,23 @@ class Service:
 
 
 def create_app(scheduler: StepScheduler, model_name: str, api_key: str | None = None, timeout_s: float | None = None,
-               allow_image_urls: bool = False, max_body_bytes: int | None = None) -> FastAPI:  # fmt: skip
+               allow_image_urls: bool = False, max_body_bytes: int | None = None,
+               image_url_timeout_s: float = 10.0) -> FastAPI:  # fmt: skip
     """The HTTP app over a scheduler (started and closed by the caller).
 
     Args:
         model_name: the only ``model`` the app answers (404 for others), what ``/v1/models`` lists.
         api_key: every route but ``/health`` requires ``Authorization: Bearer <api_key>``; None: open.
         timeout_s: each request's deadline from its arrival; None: none.
-        allow_image_urls: accept http(s) image URLs (answered 400, not implemented yet); data: URLs always work.
+        allow_image_urls: fetch http(s) image URLs (within the image byte bound and ``image_url_timeout_s``);
+            otherwise they are answered 400. data: URLs always work.
         max_body_bytes: the largest request body (default ``body_limit`` of the pipeline's bounds).
     """
     pipe = scheduler.pipe
     tokenizer = pipe.prompts.tokenizer
     service = Service(scheduler, model_name, pipe.manifest.special_tokens.eot_id, Metrics(scheduler),
                       lambda ids: tokenizer.decode(ids, skip_special_tokens=True), pipe.image_limits.bytes,
-                      allow_image_urls, timeout_s)  # fmt: skip
+                      allow_image_urls, timeout_s, image_url_timeout_s=image_url_timeout_s)  # fmt: skip
     metrics, created = service.metrics, chat.now()
 
     @contextlib.asynccontextmanager
@@ -295,13 +298,17 @@ async def complete(service: Service, http: HttpRequest):
     if body.model != service.model:
         raise service.unknown_model(body.model)
     pipe = service.scheduler.pipe
+    fetched = None
+    if service.allow_image_urls:
+        fetched = {url: await fetch_image(url, param, service.image_bytes, service.image_url_timeout_s)
+                   for url, param in chat.remote_images(body)}  # fmt: skip
     try:
-        request = chat.to_request(body, service.image_bytes, service.allow_image_urls)
+        request = chat.to_request(body, service.image_bytes, fetched)
         # settings and prompt checked before queueing (cheap; tokenizing off the event loop): a bad one is a 400
         # without a queue slot, and the prompt's ids are its usage
         gen, prompt_ids = await asyncio.to_thread(
             lambda: (pipe.generation(request), pipe.prompts.ids(request.prompt, request.image is not None,
-                                                                 request.system)))  # fmt: skip
+                                                                 request.system, request.history)))  # fmt: skip
     except (InputError, ConfigError) as err:
         raise ApiError(str(err), 400) from None
     events: asyncio.Queue = asyncio.Queue()
@@ -322,6 +329,40 @@ async def complete(service: Service, http: HttpRequest):
     if body.stream:
         return await reply.stream(body.stream_options is not None and body.stream_options.include_usage)
     return await reply.whole()
+
+
+async def fetch_image(url: str, param: str, max_bytes: int, timeout_s: float) -> bytes:
+    """The bytes at an http(s) image URL, read only up to ``max_bytes`` and within ``timeout_s`` in all.
+
+    Raises:
+        ApiError: 400 naming the URL and why: an HTTP status other than 200, a body past ``max_bytes``, no
+            answer in time, or a connection that failed.
+    """
+    import httpx
+
+    shown = url if len(url) <= 80 else url[:77] + "..."
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with httpx.AsyncClient(follow_redirects=True, max_redirects=3, timeout=timeout_s) as client:
+                async with client.stream("GET", url) as response:
+                    if response.status_code != 200:
+                        raise ApiError(f"fetching the image {shown} answered HTTP {response.status_code}", 400,
+                                       param)  # fmt: skip
+                    declared = response.headers.get("content-length", "")
+                    if declared.isdigit() and int(declared) > max_bytes:
+                        raise ApiError(f"the image {shown} is {declared} bytes, more than the {max_bytes} accepted",
+                                       400, param)  # fmt: skip
+                    data = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        data += chunk
+                        if len(data) > max_bytes:
+                            raise ApiError(f"the image {shown} is more than the {max_bytes} bytes accepted", 400,
+                                           param)  # fmt: skip
+                    return bytes(data)
+    except TimeoutError:
+        raise ApiError(f"the image {shown} did not arrive within {timeout_s:g} s", 400, param) from None
+    except httpx.HTTPError as err:
+        raise ApiError(f"cannot fetch the image {shown} ({type(err).__name__}: {err})", 400, param) from None
 
 
 class Reply:
