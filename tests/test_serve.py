@@ -532,7 +532,8 @@ def test_seer_serve_command_serves_and_stops_on_sigterm(fixture_export):
     folder, _, _ = fixture_export
     env = {**os.environ, "SEER_API_KEY": KEY}
     proc = subprocess.Popen([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(folder), "--port", "0",
-                             "--threads", "1"], stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+                             "--threads", "1", "--binding-cache-mib", "16"], stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
     try:
         for _ in range(50):  # its line, after whatever the libraries print on start-up
             line = proc.stderr.readline()
@@ -565,6 +566,20 @@ def test_seer_serve_command_serves_and_stops_on_sigterm(fixture_export):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--port", "70000"], "--port 70000 is not a port"),
+    (["--max-queue", "0"], "--max-queue 0 must be at least 1"),
+    (["--max-rows", "0"], "--max-rows 0 must be at least 1"),
+    (["--timeout", "0"], "--timeout 0.0 must be a positive number"),
+    (["--image-url-timeout", "-1"], "--image-url-timeout -1.0 must be a positive number"),
+    (["--binding-cache-mib", "-1"], "--binding-cache-mib -1 must be at least 0"),
+])  # fmt: skip
+def test_bad_flags_are_one_line_before_anything_opens(tmp_path, flags, words):
+    r = subprocess.run([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(tmp_path / "none"), *flags],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
 
 
 def test_connections_to_seer_serves_socket_send_without_delay():

@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-rows", type=int, help="rows denoised together at most (default: 4 x the largest batch "
                    "bucket)")  # fmt: skip
     s.add_argument("--timeout", type=float, help="each request's deadline in seconds; past it, 504 (default: none)")
+    s.add_argument("--binding-cache-mib", type=int,
+                   help="ONNX Runtime backend: output buffers kept per engine thread for reuse, in MiB, least "
+                   "recently used out. Steps that pack requests arriving apart take many shapes, so the process "
+                   "grows by up to this much after warm-up (default: the backend's, 512)")  # fmt: skip
     add_backend(ap)
     add_verbose(ap)
     return ap
@@ -63,6 +67,8 @@ def check_flags(args: argparse.Namespace) -> None:
     for flag, value in (("--max-queue", args.max_queue), ("--max-rows", args.max_rows)):
         if value is not None and value < 1:
             raise InputError(f"{flag} {value} must be at least 1")
+    if args.binding_cache_mib is not None and args.binding_cache_mib < 0:
+        raise InputError(f"--binding-cache-mib {args.binding_cache_mib} must be at least 0")
     if not args.image_url_timeout > 0:
         raise InputError(f"--image-url-timeout {args.image_url_timeout} must be a positive number of seconds")
     if args.timeout is not None and not args.timeout > 0:
@@ -105,6 +111,10 @@ def work(args: argparse.Namespace) -> int:
     pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
                                       threads=args.threads, policy=args.policy, verify=args.verify,
                                       cuda_graphs=args.cuda_graphs)  # fmt: skip
+    if args.binding_cache_mib is not None:
+        if not hasattr(pipe.backend, "cache_bytes"):
+            raise InputError(f"--binding-cache-mib applies to the onnxruntime backend, not {args.backend}")
+        pipe.backend.cache_bytes = args.binding_cache_mib * 2**20
     scheduler = StepScheduler(pipe, args.max_rows, args.max_queue).start()
     name = args.model_name or args.engines.resolve().name
     app = create_app(scheduler, name, key, timeout_s=args.timeout, allow_image_urls=args.allow_image_urls,
