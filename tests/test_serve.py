@@ -489,8 +489,7 @@ def test_load_concurrent_streamed_and_abandoned_requests(url, scheduler, pipe):
                 if r.status_code == 429:
                     return "refused"
                 assert r.status_code == 200, r.text
-                assert r.json()["choices"][0]["message"]["content"] == expected[case]
-                return "answered"
+                return "answered" if r.json()["choices"][0]["message"]["content"] == expected[case] else "differing"
             with c.stream("POST", "/v1/chat/completions", json=body) as r:
                 if r.status_code == 429:
                     return "refused"
@@ -505,15 +504,16 @@ def test_load_concurrent_streamed_and_abandoned_requests(url, scheduler, pipe):
                         text += chunk["choices"][0]["delta"].get("content") or ""
                         if abandon and text:
                             return "abandoned"  # closes the connection mid-stream
-                assert text == fixed[case]
-                return "answered"
+                return "answered" if text == fixed[case] else "differing"
 
     with ThreadPoolExecutor(LOAD_CLIENTS) as pool:
         outcomes = list(pool.map(one, plan[:LOAD_WARM_UP]))
         warm = rss_bytes()
         outcomes += list(pool.map(one, plan[LOAD_WARM_UP:]))
-    assert len(outcomes) == LOAD_REQUESTS and set(outcomes) <= {"answered", "refused", "abandoned"}
+    assert len(outcomes) == LOAD_REQUESTS and set(outcomes) <= {"answered", "differing", "refused", "abandoned"}
     assert outcomes.count("answered") >= LOAD_REQUESTS // 2, outcomes
+    # an answer equal to the pipeline's alone up to float rounding (docs/DESIGN.md, seer-serve): at most 1 % differ
+    assert outcomes.count("differing") <= LOAD_REQUESTS // 100, collections.Counter(outcomes)
     deadline = time.monotonic() + 30
     while (scheduler.depth or scheduler.rows) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -624,5 +624,5 @@ def test_the_serving_bench_reports_both_servers_and_the_overhead(fixture_export)
     for o in (short, long):
         assert o["fixed_cost_s"] == pytest.approx(o["http_median_s"] - o["direct_median_s"])
         assert o["relative"] == pytest.approx(o["http_median_s"] / o["direct_median_s"] - 1)
-    assert long["direct_median_s"] > short["direct_median_s"]  # the padded loop runs every step
-    assert "server overhead, padded-loop requests" in serving.table(report)
+    assert long["direct_median_s"] > 3 * short["direct_median_s"]  # a step per position of 64
+    assert "server overhead, padded fixed-rule requests at 64 positions" in serving.table(report)

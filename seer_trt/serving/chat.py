@@ -233,7 +233,7 @@ def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, by
     for k, i in enumerate(turns):  # the last is the user's (above), so alternating from a user's is all
         expected = ("user", "assistant")[k % 2]
         if chat.messages[i].role != expected:
-            raise ApiError(f"messages[{i}] is a {chat.messages[i].role!r} message where this model's chat format "
+            raise ApiError(f"messages[{i}] has the role {chat.messages[i].role!r} where this model's chat format "
                            f"needs {expected!r}: turns alternate user, assistant, ..., from the user's first to the "
                            f"question (tool messages are not supported)", 400, f"messages[{i}]")  # fmt: skip
     system = None
