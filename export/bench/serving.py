@@ -7,7 +7,8 @@ Out: per concurrency, for each server (``continuous``: the step scheduler's defa
      ``max_rows`` 1, every request alone), requests/s and p50 / p99 latency, medians over rounds that alternate the
      two servers; ``continuous_over_one_at_a_time``: the ratio of their requests/s per round; and ``overhead``: one
      client, one request after another, through HTTP against ``SeerPipeline.generate`` on the same requests
-     (interleaved request by request), the median relative difference.
+     (interleaved request by request), the median relative difference and the fixed cost in seconds;
+     ``overhead_long``: the same on longer requests (the padded loop, the fixed rule, ``LONG_WINDOW`` steps).
 
 Both servers run in this process (uvicorn in threads, one port each) over one pipeline, so they share the
 backend's sessions and the measuring clients share the machine's two cores with them: figures are of the whole
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 Progress = Callable[[str], None]
+LONG_WINDOW = 64  # the overhead's longer requests: seer off, the fixed rule, one step per position of this window
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,11 +173,13 @@ def bench(folder, settings: Settings, seed: int, progress: Progress, command: st
             } | {"continuous_over_one_at_a_time": _spread(ratios)}  # fmt: skip
         url = servers["continuous"].url
         short = [(Request(x.question, x.image, cache="none"), body) for x, body in zip(samples, bodies, strict=True)]
-        long = [(Request(x.question, x.image, cache="none", seer=False), {**body, "seer": False})
+        slow = {"seer": False, "decoding": "fixed", "gen_length": LONG_WINDOW}  # a step per position, all N
+        long = [(Request(x.question, x.image, cache="none", **slow),
+                 {**body, "seer": False, "decoding": "fixed", "max_tokens": LONG_WINDOW})
                 for x, body in zip(samples, bodies, strict=True)]  # fmt: skip
         progress("serving: overhead, one client, HTTP vs SeerPipeline.generate, request by request")
         report["overhead"] = _overhead(pipe, url, short[: settings.overhead_requests])
-        progress("serving: overhead on longer requests (the padded loop, every step over the whole window)")
+        progress(f"serving: overhead on longer requests (the padded loop, the fixed rule, {LONG_WINDOW} positions)")
         report["overhead_long"] = _overhead(pipe, url, long[: max(4, settings.overhead_requests // 3)])
     finally:
         for srv in servers.values():
@@ -195,7 +199,8 @@ def table(report: dict) -> str:
         x = level["continuous_over_one_at_a_time"]
         lines.append(f"| {c} | continuous / one at a time | {x['value']:.2f}x [{x['min']:.2f}-{x['max']:.2f}] | | |")
     lines.append("")
-    for key, what in (("overhead", "the requests above"), ("overhead_long", "padded-loop requests")):
+    for key, what in (("overhead", "the requests above"),
+                      ("overhead_long", f"padded fixed-rule requests at {LONG_WINDOW} positions")):  # fmt: skip
         o = report[key]
         lines.append(f"server overhead, {what} (one client, HTTP vs SeerPipeline.generate, {o['requests']} "
                      f"requests): {o['http_median_s'] * 1e3:.1f} ms vs {o['direct_median_s'] * 1e3:.1f} ms median, "
