@@ -130,13 +130,16 @@ class Counting:
     def __init__(self) -> None:
         self.manifest = MANIFEST
         self.batches: list[int] = []
+        self.fetched: list = []  # the outputs each call asked for (None: all)
 
     def spec(self, graph):
         return MANIFEST.graph(graph).spec
 
-    def run(self, graph, feeds):
+    def run(self, graph, feeds, outputs=None):
         self.batches.append(feeds["gen_ids"].shape[0])
-        return fake_model(feeds)
+        self.fetched.append(outputs)
+        out = fake_model(feeds)
+        return out if outputs is None else {k: v for k, v in out.items() if k in outputs}  # only what was asked
 
 
 def prompts(lengths, seed=0):
@@ -171,6 +174,10 @@ def test_a_row_denoises_alike_alone_padded_packed_and_when_its_group_is_re_forme
     assert all(a >= b for a, b in zip(padded_backend.batches, padded_backend.batches[1:], strict=False))
     if decoding != "fixed":
         assert padded.steps.max() < kept.max()  # several tokens a step somewhere
+    # outputs on demand: the prompt's K/V is fetched only by a step that stores it, so never under cache none
+    asked_all = [f is None for f in padded_backend.fetched]
+    assert all(f is None or not any(n.startswith("present.") for n in f) for f in padded_backend.fetched)
+    assert any(asked_all) == (cache != "none") and not all(asked_all)
 
 
 def test_the_cost_model_decides_when_a_group_is_re_formed():

@@ -240,10 +240,10 @@ def spy(pipe: SeerPipeline) -> list[tuple[str, tuple[int, ...]]]:
     calls: list[tuple[str, tuple[int, ...]]] = []
     run = pipe.backend.run
 
-    def record(graph, feeds):
+    def record(graph, feeds, outputs=None):
         if "gen_ids" in feeds:
             calls.append((graph, feeds["gen_ids"].shape))
-        return run(graph, feeds)
+        return run(graph, feeds, outputs)
 
     pipe.backend.run = record
     return calls

@@ -54,6 +54,7 @@ class FakeCuda:
         self.memory: dict[int, np.ndarray] = {}
         self.pinned: list[np.ndarray] = []
         self.uploads: list[tuple[int, int]] = []  # (device pointer, bytes)
+        self.downloads: list[int] = []  # device pointers copied to the host
         self.next_ptr = 1 << 20
         self.launches = 0
 
@@ -87,6 +88,7 @@ class FakeCuda:
 
     def to_host(self, array: np.ndarray, ptr: int, stream) -> None:
         array.reshape(-1).view(np.uint8)[:] = self.memory[ptr][: array.nbytes]
+        self.downloads.append(ptr)
 
     def sync(self, stream) -> None:
         pass
@@ -249,7 +251,7 @@ def test_loop_invariant_inputs_cross_once_per_group(fake):
     prompts = [rng.standard_normal((p, manifest.model.hidden_size)).astype(np.float32) for p in (12, 30, 7)]
     kept = np.array([10, 16, 5])
     gen = GenerationConfig(gen_length=16, steps=8, block_length=16)
-    reference = types.SimpleNamespace(run=lambda graph, feeds: model(feeds), manifest=manifest,
+    reference = types.SimpleNamespace(run=lambda graph, feeds, outputs=None: model(feeds), manifest=manifest,
                                       spec=lambda graph: manifest.graph(graph).spec)  # fmt: skip
     # padded: the three rows, then row 1 alone once the others are done (steps 5, 8, 3: the group re-forms when
     # at most half its entries are live); packed: one entry, never re-formed
@@ -282,10 +284,11 @@ def test_a_cached_loop_sends_the_cache_once_per_refresh(fake):
     prompts = [rng.standard_normal((p, manifest.model.hidden_size)).astype(np.float32) for p in (12, 30)]
     kept = np.array([16, 9])
     layout, schedule = padded_layout(prompts, kept, 32, 16), plan_schedule(GenerationConfig(16, 16, 16), kept)
-    reference = types.SimpleNamespace(run=lambda graph, feeds: model(feeds), manifest=manifest,
+    reference = types.SimpleNamespace(run=lambda graph, feeds, outputs=None: model(feeds), manifest=manifest,
                                       spec=lambda graph: manifest.graph(graph).spec)  # fmt: skip
     cache = CacheConfig("reuse", 4)
     fake.cuda.uploads.clear()
+    fake.cuda.downloads.clear()
     got = denoise(backend, layout, schedule, Greedy(), manifest.special_tokens.mask_id, cache=cache)
     want = denoise(reference, layout, schedule, Greedy(), manifest.special_tokens.mask_id, cache=cache)
     assert np.array_equal(got.tokens, want.tokens) and got.refreshes.tolist() == [4, 3]  # steps 0, 4, 8, 12
@@ -296,6 +299,9 @@ def test_a_cached_loop_sends_the_cache_once_per_refresh(fake):
     # once per refresh (steps 0, 4, 8, 12): step 8's snapshot first crosses at step 9, already cut to row 0
     assert count["past_key_values.0.key"] == count["past_key_values.7.value"] == 4
     assert count["past_weights"] == 1  # reuse's weight [1] is the no-cache weight: the same array throughout
+    # outputs on demand: the prompt K/V comes back to the host only from the 4 refreshes, the answer every step
+    back = {name: sum(ptr == buffers[name] for ptr in fake.cuda.downloads) for name in ("x0", "present.0.key")}
+    assert back == {"x0": 16, "present.0.key": 4}
     assert len(backend._engines["denoise"].contexts) == 2  # a profile computing the prompt, and a cached one
 
 

@@ -5,7 +5,7 @@ In:  a ``GraphSpec`` and a feed dict.  Out: the size of every named axis, or one
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -35,6 +35,21 @@ def axis_sizes(spec: GraphSpec, feeds: Mapping[str, np.ndarray]) -> dict[str, in
     if "prompt" in sizes and "answer" in sizes:
         sizes.setdefault("seq", sizes.get("past", 0) + sizes["prompt"] + sizes["answer"])
     return sizes
+
+
+def selected(spec: GraphSpec, outputs: Collection[str] | None) -> tuple[str, ...]:
+    """The output names a call returns, in the spec's order: ``outputs`` (None: every output).
+
+    Raises:
+        ConfigError: a name the graph does not output.
+    """
+    names = tuple(t.name for t in spec.outputs)
+    if outputs is None:
+        return names
+    unknown = sorted(set(outputs) - set(names))
+    if unknown:
+        raise ConfigError(f"graph {spec.name!r} has no output(s) {unknown}; it outputs {_short(list(names))}")
+    return tuple(n for n in names if n in outputs)
 
 
 def _short(names: list[str]) -> list[str]:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from seer_trt.backends.base import axis_sizes
+from seer_trt.backends.base import axis_sizes, selected
 from seer_trt.contracts.errors import ConfigError, ManifestError
 from seer_trt.contracts.graphs import GraphSpec
 from seer_trt.contracts.manifest import Manifest, read_weights_index
@@ -183,24 +183,27 @@ class OrtBackend:
             cache = self._local.bindings = BindingCache(self.cache_bytes)
         return cache
 
-    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray],
+            outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
         sess = self._session(graph)
-        key = (graph, tuple((k, np.shape(v)) for k, v in feeds.items()))
-        binding, outputs = self.bindings().get(key, lambda: self._bind(sess, graph, feeds))
+        wanted = selected(self.spec(graph), outputs)
+        key = (graph, tuple((k, np.shape(v)) for k, v in feeds.items()), wanted)
+        binding, result = self.bindings().get(key, lambda: self._bind(sess, graph, feeds, wanted))
         for name, value in feeds.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(value))
         sess.run_with_iobinding(binding)
-        return outputs
+        return result
 
-    def _bind(self, sess, graph: str, feeds: Mapping[str, np.ndarray]):
-        """An IOBinding whose outputs live in arrays allocated here, once for these input shapes."""
+    def _bind(self, sess, graph: str, feeds: Mapping[str, np.ndarray], wanted: tuple[str, ...]):
+        """An IOBinding whose outputs ``wanted`` live in arrays allocated here, once for these input shapes; the
+        graph's other outputs are not bound, so ONNX Runtime keeps them in its own arena, never copied out."""
         import onnxruntime as ort
 
         spec = self.spec(graph)
         sizes = axis_sizes(spec, feeds)
         binding = sess.io_binding()
         outputs: dict[str, np.ndarray] = {}
-        for out in spec.outputs:
+        for out in (t for t in spec.outputs if t.name in wanted):
             shape = tuple(sizes[a] if isinstance(a, str) else a for a in out.shape)
             outputs[out.name] = np.empty(shape, dtype=out.dtype)
             binding.bind_ortvalue_output(out.name, ort.OrtValue.ortvalue_from_numpy(outputs[out.name]))

@@ -29,13 +29,13 @@ import ctypes
 import dataclasses
 import importlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seer_trt.backends.base import axis_sizes
+from seer_trt.backends.base import axis_sizes, selected
 from seer_trt.backends.cuda import Cuda, Device, cuda_device
 from seer_trt.contracts.errors import ConfigError, EngineError
 from seer_trt.contracts.graphs import GraphSpec
@@ -219,13 +219,15 @@ class TrtBackend:
         """The buckets the plans' profiles were planned from (``seer-build --profiles`` included)."""
         return self._buckets
 
-    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray],
+            outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
         spec = self.spec(graph)
+        wanted = selected(spec, outputs)  # every output has its device buffer; only these come back to the host
         sizes = axis_sizes(spec, feeds)
         engine = self._engine(graph)
         index = select_profile(engine.profiles, sizes, graph)
         ctx = self._context(graph, engine, index)
-        outputs = self._outputs(graph, spec, engine)
+        host = self._outputs(graph, spec, engine)
         static = is_static(sizes, self._buckets)
         with ctx.lock:
             buffers = self._acquire(engine)
@@ -244,9 +246,9 @@ class TrtBackend:
                     self._upload(buffers, t.name, value, ctx.stream)
                 self._execute(ctx, graph, tuple(ctx.shapes[t.name] for t in spec.inputs) if static else None)
                 result = {}
-                for t in spec.outputs:
+                for t in (t for t in spec.outputs if t.name in wanted):
                     shape = tuple(sizes[a] if isinstance(a, str) else a for a in t.shape)
-                    view = outputs[t.name][: int(np.prod(shape))].reshape(shape)
+                    view = host[t.name][: int(np.prod(shape))].reshape(shape)
                     self.cuda.to_host(view, buffers.device[t.name], ctx.stream)
                     result[t.name] = view
                 self.cuda.sync(ctx.stream)

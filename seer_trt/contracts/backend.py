@@ -6,7 +6,7 @@ same small interface, so the pipeline, the router and the Triton model never kno
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -22,8 +22,11 @@ class Backend(Protocol):
     name: str  # "onnxruntime-cpu", "tensorrt", ...
     manifest: Manifest
 
-    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Outputs of ``graph`` by name. Returned arrays may be reused by the next call on this thread."""
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray],
+            outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """Outputs of ``graph`` by name: those named in ``outputs`` (None: all), in the spec's order; the backend
+        need not fetch the others (a step that refreshes no cache skips the prompt's K/V). Returned arrays may be
+        reused by the next call on this thread."""
         ...
 
     def spec(self, graph: str) -> GraphSpec:

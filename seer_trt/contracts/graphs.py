@@ -214,6 +214,11 @@ def present_names(layer: int) -> tuple[str, str]:
     return f"present.{layer}.key", f"present.{layer}.value"
 
 
+def step_outputs(spec: GraphSpec) -> tuple[str, ...]:
+    """The outputs a step that refreshes no cache reads: all but the prompt's K/V (``present.*``)."""
+    return tuple(t.name for t in spec.outputs if not t.name.startswith("present."))
+
+
 def cache_specs(layers: int) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
     """The cache inputs (``past_weights``, then key and value per layer) and outputs (key and value per layer)."""
     past = ("history", "batch", "kv_heads", "past", "head_dim")

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from seer_trt.contracts.backend import Backend
-from seer_trt.contracts.graphs import log_confidence
+from seer_trt.contracts.graphs import log_confidence, step_outputs
 from seer_trt.contracts.policies import EXACT, CacheConfig
 from seer_trt.runtime.kv_cache import GroupCache
 from seer_trt.runtime.layout import Layout
@@ -220,6 +220,7 @@ def denoise(
     refreshes = np.zeros(n, dtype=np.int64)
     cap = schedule.steps if fixed else schedule.kept  # steps a row may take (every dynamic step commits one)
     kv = GroupCache(cache, backend.spec(decoder.graph), layout)
+    reads = step_outputs(backend.spec(decoder.graph))  # what a step that stores no cache fetches
     ends = np.zeros(n, dtype=np.int64)  # [n] each row's block end at the previous step
     for t in range(int(cap.max())):
         masked = x == mask_id
@@ -240,7 +241,7 @@ def denoise(
             feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(x, mask_id),
                      "segment_ids": layout.segment_ids, "position_ids": layout.position_ids}  # fmt: skip
             past, refresh = kv.plan(t, boundary)
-            out = backend.run(decoder.graph, {**feeds, **past})
+            out = backend.run(decoder.graph, {**feeds, **past}, None if refresh and kv.stores else reads)
             if refresh:
                 kv.store(t, out)
                 refreshes += live

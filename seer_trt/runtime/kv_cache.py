@@ -141,6 +141,11 @@ class GroupCache:
         self.no_prompt = _frozen(np.zeros((len(entries), 0, layout.prefix_embeds.shape[2]),
                                           dtype=layout.prefix_embeds.dtype))  # fmt: skip
 
+    @property
+    def stores(self) -> bool:
+        """Whether a step that computes the prompt keeps its K/V (``store``): every policy but none."""
+        return self.cached and self.config.mode != "none"
+
     def plan(self, t: int, boundary: bool) -> tuple[dict[str, np.ndarray], bool]:
         """The cache feeds of step ``t`` (``boundary``: a block starts) and whether it computes the prompt."""
         if self.config.mode == "none" or not self.snapshots or boundary or t >= self.next_refresh:

@@ -31,6 +31,7 @@ import numpy as np
 
 from seer_trt.contracts.config import GenerationConfig
 from seer_trt.contracts.errors import ConfigError, InputError, SeerError, describe
+from seer_trt.contracts.graphs import step_outputs
 from seer_trt.contracts.policies import EXACT
 from seer_trt.runtime.boundary import detect
 from seer_trt.runtime.denoise import Greedy, commit, current_block_end
@@ -313,7 +314,7 @@ class StepScheduler:
             feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(x, mask_id),
                      "segment_ids": layout.segment_ids, "position_ids": layout.position_ids}  # fmt: skip
             past, _ = _exact_feeds(pipe, layout)
-            result = pipe.backend.run("denoise", {**feeds, **past})
+            result = pipe.backend.run("denoise", {**feeds, **past}, step_outputs(pipe.backend.spec("denoise")))
             x0, conf = Greedy()(result, layout, 0, (len(members), width), mask_id)
             for j, r in enumerate(members):
                 out[id(r)] = (x0[j, : r.kept], conf[j, : r.kept])

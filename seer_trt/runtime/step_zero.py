@@ -18,7 +18,7 @@ import numpy as np
 
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.config import SeerConfig
-from seer_trt.contracts.graphs import log_confidence
+from seer_trt.contracts.graphs import log_confidence, step_outputs
 from seer_trt.runtime.kv_cache import no_cache
 from seer_trt.runtime.layout import left_pad, window_layout
 
@@ -55,7 +55,8 @@ def run_step_zero(backend: Backend, prefix: np.ndarray, valid: np.ndarray, n: in
         "position_ids": position_ids,
     }
     graph = step_zero_graph(seer)
-    out = backend.run(graph, {**feeds, **no_cache(backend.spec(graph), batch)})  # the full-depth pass: no cache
+    spec = backend.spec(graph)
+    out = backend.run(graph, {**feeds, **no_cache(spec, batch)}, step_outputs(spec))  # full depth, no cache
     if seer.full_depth:
         return StepZeroOut(out["p_end"].copy(), out["x0"].copy(), np.array(log_confidence(out), dtype=np.float32))
     profile = out["probe_score"] if seer.signal == "probe" else out["sparsity"]

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seer_trt.backends.base import axis_sizes
+from seer_trt.backends.base import axis_sizes, selected
 from seer_trt.contracts.errors import InputError, ManifestError, SeerError, describe
 from seer_trt.contracts.graphs import GraphSpec
 from seer_trt.contracts.manifest import Manifest
@@ -112,9 +112,11 @@ class BlsBackend:
     def buckets(self) -> LengthBuckets | None:
         return self._buckets
 
-    def run(self, graph: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray],
+            outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
         spec = self.spec(graph)
         axis_sizes(spec, feeds)  # the same checks as a local backend, before anything is sent
+        wanted = selected(spec, outputs)  # the component model sends back only these
         if graph not in self.models:
             raise ManifestError(
                 f"this repository serves no {graph!r} model (it has {sorted(self.models)}); regenerate it with "
@@ -125,13 +127,13 @@ class BlsBackend:
         request = pb.InferenceRequest(
             model_name=self.models[graph],
             inputs=inputs,
-            requested_output_names=[t.name for t in spec.outputs],
+            requested_output_names=list(wanted),
             **self.memory,
         )
         response = request.exec()
         if response.has_error():
             raise ServingError(f"model {self.models[graph]!r} ({graph}) failed: {response.error().message()}")
-        return {t.name: pb.get_output_tensor_by_name(response, t.name).as_numpy() for t in spec.outputs}
+        return {name: pb.get_output_tensor_by_name(response, name).as_numpy() for name in wanted}
 
     def close(self) -> None:
         pass
