@@ -32,8 +32,8 @@ SEER_RUN_CPP = ROOT / "cpp" / "cli" / "seer_run.cpp"
 COLUMNS = "100"
 # The order of a request's life (export, run, measure, build, serve, then the PyTorch side); a command missing
 # here still gets its section, after these.
-ORDER = ("seer-export", "seer-run", "seer-prompt-ids", "seer-eval", "seer-bench", "seer-build", "seer-triton",
-         "seer-serve", "seer-reference", "seer-calibrate")  # fmt: skip
+ORDER = ("seer-export", "seer-run", "seer-prompt-ids", "seer-eval", "seer-bench", "seer-quantize", "seer-build",
+         "seer-triton", "seer-serve", "seer-reference", "seer-calibrate")  # fmt: skip
 
 HEADER = """\
 # Command-line reference

@@ -1,8 +1,8 @@
 """One window-graph step per export, interleaved: ``python tools/step_time.py P+G[,P+G...] EXPORT [EXPORT ...]``.
 
 Batch 1, one ONNX Runtime thread, cache none (only the outputs a step reads), 5 rounds in rotated order; prints the
-median and range per export and its speed-up over the first. Exports need not verify (``tools/quant_probe.py``'s
-copies record no checksums). Issue 23's per-step figures (docs/results.md).
+median and range per export and its speed-up over the first (an export and its ``seer-quantize`` copies, say).
+Issue 23's per-step figures (docs/results.md).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ ROUNDS = 5
 
 
 def main(shapes: str, folders: list[str]) -> int:
-    pipes = {f: SeerPipeline.from_manifest(f, threads=1, verify=False) for f in folders}
+    pipes = {f: SeerPipeline.from_manifest(f, threads=1) for f in folders}
     first = pipes[folders[0]].manifest
     dim, mask = first.model.hidden_size, first.special_tokens.mask_id
     for shape in shapes.split(","):

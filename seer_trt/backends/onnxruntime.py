@@ -126,7 +126,9 @@ class OrtBackend:
             options.intra_op_num_threads = self.threads
         if graph not in LOOP_GRAPHS:  # its idle threads would spin, stealing the cores of the steps that follow
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if self.share_weights:
+        # a quantized graph (seer-quantize) holds its own weights, and its kernels need prepacking (MatMulNBits
+        # without it: 5x slower on the wide checkpoint); sharing is for the graphs that read the shared file
+        if self.share_weights and entry.quantization is None:
             options.add_session_config_entry("session.disable_prepacking", "1")  # a packed copy per session otherwise
             for name, (_, value) in self._shared_weights().items():
                 options.add_initializer(name, value)  # a name the graph lacks is ignored by ONNX Runtime

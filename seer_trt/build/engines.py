@@ -270,8 +270,17 @@ def run_build(options: BuildOptions, log: Log = print) -> Manifest | ProfilePlan
                              f"with seer-export --out {folder}")  # fmt: skip
         stage(f"{graph}: {entry.file} ({entry.precision}, opset {entry.opset}), {len(plan.profiles(graph))} profile(s)")
     log(plan.describe())
+    cpu_only = {g: manifest.graph(g).quantization for g in plan.graphs
+                if (manifest.graph(g).quantization or {}).get("runtime") == "onnxruntime-cpu"}  # fmt: skip
+    for g, q in cpu_only.items():
+        log(f"{g}: quantized {q['scheme']} for ONNX Runtime's CPU provider ({q.get('method', '')}); TensorRT's parser "
+            f"does not take its ops, so it is not built")  # fmt: skip
     if options.dry_run:
         return plan
+    if cpu_only:
+        raise BuildError(f"graph(s) {sorted(cpu_only)} of {folder} are quantized for ONNX Runtime's CPU provider "
+                         f"(seer-quantize); TensorRT cannot build them: build the export they came from, or pass "
+                         f"--graphs without them")  # fmt: skip
     live = folder / ENGINE_DIRS[options.builder]
     # before any work: never the user's files; the engine folder belongs inside its export
     target = check_target(live, True, _ours, "the engine folder", "plans", legacy=_plans, nested=True)

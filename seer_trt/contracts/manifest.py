@@ -106,9 +106,12 @@ class GraphEntry:
     opset: int  # ONNX default-domain opset
     external_data: str | None  # weights file next to ``file`` when the graph was saved with external data
     size_bytes: int  # weights, as stored
+    # seer-quantize's record when the graph's weights were quantized: scheme ("int8" | "int4"), runtime (what runs
+    # its quantized ops), tool, method; None: as exported. An optional key: a 2.2 reader that lacks it ignores it.
+    quantization: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "file": self.file,
             "precision": self.precision,
             "opset": self.opset,
@@ -118,6 +121,9 @@ class GraphEntry:
             "inputs": [t.to_dict() for t in self.spec.inputs],
             "outputs": [t.to_dict() for t in self.spec.outputs],
         }
+        if self.quantization is not None:
+            out["quantization"] = dict(self.quantization)
+        return out
 
     @classmethod
     def from_dict(cls, name: str, data: Any, lenient: bool) -> GraphEntry:
@@ -137,7 +143,13 @@ class GraphEntry:
             )
         except (KeyError, TypeError) as err:
             raise ManifestError(f"{where}: malformed inputs/outputs ({err!r}); re-export it with seer-export") from None
-        return cls(spec, data["file"], data["precision"], int(data["opset"]), data["external_data"], data["size_bytes"])
+        quantization = data.get("quantization")
+        if quantization is not None and not (isinstance(quantization, dict) and isinstance(quantization.get("scheme"),
+                                                                                             str)):  # fmt: skip
+            raise ManifestError(f"{where}: quantization is {quantization!r}, expected an object with a 'scheme'; "
+                                f"re-run seer-quantize")  # fmt: skip
+        return cls(spec, data["file"], data["precision"], int(data["opset"]), data["external_data"], data["size_bytes"],
+                   quantization)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,197 @@
+"""``seer-quantize``: a copy of an export whose window graphs hold int8 or int4 weights (docs/DESIGN.md "Quantized
+exports").
+
+In:  ``--engines SRC`` (a ``seer-export`` folder, verified against its checksums), ``--scheme int8|int4``, ``--out
+     DST`` (default: SRC's name with ``-int8`` / ``-int4``), ``--force``, ``--check N`` held-out prompts.
+Out: DST: SRC's graphs, tokenizer and shared weights, with ``denoise`` (and ``denoise_logits``) rewritten by ONNX
+     Runtime's quantizers; each such graph's manifest entry records the scheme, the runtime that runs its quantized
+     ops, the tool and the method; checksums of every file the graphs read. The step-zero graph (what Seer reads:
+     the probe's residual stream, the MLP statistic), embed and vision stay as exported, so Seer's cut is the fp32
+     export's. Before the folder is swapped in, ``--check`` prompts run through SRC and DST and the share of equal
+     answers is printed and recorded (the fixture task only; other models are not checked).
+
+Schemes (both for ONNX Runtime's CPU provider; TensorRT cannot parse their ops, so ``seer-build`` refuses them):
+
+    int8   ``quantize_dynamic``: MatMul weights int8 per output channel (``MatMulConstBOnly``), activations quantized
+           per call (``DynamicQuantizeLinear`` + ``MatMulInteger``)
+    int4   ``MatMulNBitsQuantizer``: MatMul weights int4 in blocks of 32, symmetric (``MatMulNBits``)
+
+Nothing is written outside a staging folder that replaces DST only when complete (``replace_folder``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from seer_trt.cli.common import Parser, add_verbose, run_main
+from seer_trt.contracts.errors import ConfigError, InputError
+
+PROG = "seer-quantize"
+SCHEMES = {
+    "int8": "quantize_dynamic: MatMul weights int8 per channel, activations per call (MatMulInteger)",
+    "int4": "MatMulNBitsQuantizer: MatMul weights int4, blocks of 32, symmetric (MatMulNBits)",
+}
+QUANTIZED_GRAPHS = ("denoise", "denoise_logits")  # the loop's graphs; step zero, embed and vision stay as exported
+RUNTIME = "onnxruntime-cpu"  # what runs both schemes' ops
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeOptions:
+    engines: Path
+    scheme: str
+    out: Path | None = None
+    force: bool = False
+    check: int = 16
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog=PROG, description="Write a copy of an export whose window graphs (denoise, denoise_logits) "
+                "hold int8 or int4 MatMul weights, quantized by ONNX Runtime's own tools; step zero, embed and "
+                "vision stay as exported, so Seer's cut is unchanged. The copy runs on the ONNX Runtime CPU backend "
+                "with no other change (seer-run, seer-serve, seer-eval --engines DST).")  # fmt: skip
+    ap.add_argument("--engines", type=Path, required=True, help="the export to quantize (seer-export --out)")
+    ap.add_argument("--scheme", required=True, choices=sorted(SCHEMES),
+                    help="; ".join(f"{k}: {v}" for k, v in SCHEMES.items()))  # fmt: skip
+    ap.add_argument("--out", type=Path, help="the quantized export (default: next to --engines, its name + -SCHEME)")
+    ap.add_argument("--force", action="store_true", help="replace --out when it is an export seer-trt wrote")
+    ap.add_argument("--check", type=int, default=16, metavar="N",
+                    help="held-out prompts answered by both exports before the copy is kept; their agreement is "
+                    "printed and recorded (default 16; 0: none; fixture-task exports only)")  # fmt: skip
+    add_verbose(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, build_parser(), work, argv, signals=True)
+
+
+def work(args: argparse.Namespace) -> int:
+    if args.check < 0:
+        raise InputError(f"--check {args.check} must be at least 0")
+    out = run_quantize(QuantizeOptions(args.engines, args.scheme, args.out, args.force, args.check),
+                       lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
+    print(out)
+    return 0
+
+
+def quantize_graph(src: Path, dst: Path, scheme: str) -> None:
+    """``src`` (an ONNX file and its external data) quantized into ``dst`` and ``dst.data``."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    model = onnx.load(str(src))  # with its external data
+    if scheme == "int8":
+        with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:  # quantize_dynamic reads a file
+            whole = Path(tmp) / "whole.onnx"
+            onnx.save(model, str(whole), save_as_external_data=True, location="whole.data")
+            quantize_dynamic(str(whole), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                             per_channel=True, extra_options={"MatMulConstBOnly": True},
+                             use_external_data_format=True)  # fmt: skip
+    else:
+        quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
+        quantizer.process()
+        quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
+
+
+def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
+    """Write the quantized copy; returns its folder.
+
+    Raises:
+        ConfigError: an unknown scheme, an export already quantized or without a window graph, --out its own source.
+        ManifestError / IntegrityError: the source is no export, or its files are not the manifest's.
+        FolderError: --out cannot be written (a folder of the user's, a file).
+    """
+    import onnxruntime
+
+    from seer_trt.contracts.integrity import checksums, verify
+    from seer_trt.contracts.manifest import MANIFEST_FILE, Manifest
+    from seer_trt.contracts.outfolder import check_target, export_files, is_export, replace_folder
+
+    start = time.perf_counter()
+
+    def stage(text: str) -> None:
+        log(f"[{time.perf_counter() - start:7.1f}s] {text}")
+
+    if options.scheme not in SCHEMES:
+        raise ConfigError(f"unknown scheme {options.scheme!r}; choose from {sorted(SCHEMES)}")
+    src = options.engines.resolve()
+    manifest = Manifest.read(src)
+    done = sorted(n for n, g in manifest.graphs.items() if g.quantization is not None)
+    if done:
+        raise ConfigError(f"{src} is quantized already ({', '.join(done)}: "
+                          f"{manifest.graphs[done[0]].quantization['scheme']}); quantize the export it came from")  # fmt: skip
+    graphs = [g for g in QUANTIZED_GRAPHS if g in manifest.graphs]
+    if not graphs:
+        raise ConfigError(f"{src} has no window graph to quantize (it has {sorted(manifest.graphs)})")
+    out = (options.out or src.with_name(f"{src.name}-{options.scheme}")).resolve()
+    if out == src:
+        raise ConfigError(f"--out {out} is the export being quantized; pass another folder")
+    target = check_target(out, options.force, is_export, "--out", "an export", legacy=export_files)
+    checked = verify(src, manifest, log=stage)
+    stage(f"{src}: {checked} file(s) match the manifest's sha256; quantizing {', '.join(graphs)} to {options.scheme}")
+    with replace_folder(target) as staging:
+        for name in (*{f for e in manifest.graphs.values() for f in (e.file, e.external_data) if f},
+                     *([manifest.weights.index] if manifest.weights else []), MANIFEST_FILE):  # fmt: skip
+            if name not in {manifest.graphs[g].file for g in graphs}:
+                shutil.copy2(src / name, staging / name)
+        shutil.copytree(src / manifest.tokenizer, staging / manifest.tokenizer)
+        entries = dict(manifest.graphs)
+        for g in graphs:
+            entry = manifest.graph(g)
+            quantize_graph(src / entry.file, staging / entry.file, options.scheme)
+            data = f"{entry.file}.data"
+            size = (staging / data).stat().st_size
+            entries[g] = dataclasses.replace(entry, external_data=data, size_bytes=size, quantization={
+                "scheme": options.scheme, "runtime": RUNTIME, "method": SCHEMES[options.scheme],
+                "tool": f"onnxruntime.quantization {onnxruntime.__version__}"})  # fmt: skip
+            stage(f"{g}: {entry.size_bytes / 2**20:.1f} MiB of weights -> {size / 2**20:.1f} MiB ({options.scheme})")
+        # the plans of the source are fp32/fp16 engines of other graphs: none is copied
+        quantized = dataclasses.replace(manifest, graphs=entries, engines={}, builds={}, checksums={})
+        quantized = dataclasses.replace(quantized, checksums=checksums(staging, quantized))
+        quantized.write(staging)
+        agreement = check(src, staging, options.check, stage)
+        if agreement is not None:
+            for g in graphs:
+                entries[g].quantization["check"] = agreement
+            quantized.write(staging)
+    stage(f"done: {out}")
+    return out
+
+
+def check(src: Path, dst: Path, n: int, stage: Callable[[str], None]) -> dict[str, Any] | None:
+    """``n`` held-out prompts through both exports (Seer, the fixed rule, cache none): how many answers are equal."""
+    if n == 0:
+        return None
+    from seer_trt.eval.accuracy import fixture_samples
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request
+
+    before, after = SeerPipeline.from_manifest(src, threads=1), SeerPipeline.from_manifest(dst, threads=1)
+    try:
+        try:
+            prompts = fixture_samples(before, n, 7)
+        except ConfigError:  # not the fixture task: no held-out prompts to speak it
+            stage("check skipped: the held-out prompts are the fixture task's, which this model does not speak")
+            return None
+        requests = [Request(s.question, s.image, decoding="fixed", cache="none") for s in prompts]
+        a, b = before.generate(requests), after.generate(requests)
+    finally:
+        before.close()
+        after.close()
+    same = sum(x.token_ids == y.token_ids for x, y in zip(a, b, strict=True))
+    kept = sum(x.kept == y.kept for x, y in zip(a, b, strict=True))
+    stage(f"check: {same}/{n} answers equal to the source's, {kept}/{n} kept windows equal (Seer, fixed rule)")
+    return {"prompts": n, "same_answers": same, "same_kept": kept}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
