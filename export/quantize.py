@@ -88,7 +88,7 @@ def quantize_graph(src: Path, dst: Path, scheme: str) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    model = onnx.load(str(src))  # with its external data
+    model = load_inlined(src)
     if scheme == "int8":
         with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:  # quantize_dynamic reads a file
             whole = Path(tmp) / "whole.onnx"
@@ -100,6 +100,35 @@ def quantize_graph(src: Path, dst: Path, scheme: str) -> None:
         quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
         quantizer.process()
         quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
+
+
+def load_inlined(src: Path):
+    """``src`` with every external initializer read into the model.
+
+    Read here, not by ``onnx.load``: onnx refuses external data with more than one hard link, and an export's shared
+    weights file may well have several (a Triton repository links it rather than copying gigabytes).
+    """
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    model = onnx.load(str(src), load_external_data=False)
+    root = src.parent.resolve()
+    for tensor in model.graph.initializer:
+        if not uses_external_data(tensor):
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        path = (root / info["location"]).resolve()
+        if path.parent != root:
+            raise ConfigError(f"{src}: tensor {tensor.name} reads {info['location']}, outside the export")
+        offset, length = int(info.get("offset", 0)), int(info["length"])
+        with path.open("rb") as f:
+            f.seek(offset)
+            tensor.raw_data = f.read(length)
+        if len(tensor.raw_data) != length:
+            raise ConfigError(f"{path} ends before tensor {tensor.name} (offset {offset}, length {length})")
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    return model
 
 
 def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
