@@ -88,22 +88,28 @@ def quantize_graph(src: Path, dst: Path, scheme: str) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    model = load_inlined(src)
+    from seer_export.onnx.shared_weights import CONSTANT_PREFIX
+
+    model, weights = load_inlined(src)
+    # only the checkpoint's weights are quantized; a MatMul by a constant of the graph's own (RoPE's exact +-1
+    # rotation) stays as exported
+    exclude = [n.name for n in model.graph.node if n.op_type == "MatMul"
+               and (n.input[1] not in weights or n.input[1].startswith(CONSTANT_PREFIX))]  # fmt: skip
     if scheme == "int8":
         with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:  # quantize_dynamic reads a file
             whole = Path(tmp) / "whole.onnx"
             onnx.save(model, str(whole), save_as_external_data=True, location="whole.data")
             quantize_dynamic(str(whole), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                             per_channel=True, extra_options={"MatMulConstBOnly": True},
+                             per_channel=True, extra_options={"MatMulConstBOnly": True}, nodes_to_exclude=exclude,
                              use_external_data_format=True)  # fmt: skip
     else:
-        quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
+        quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True, nodes_to_exclude=exclude)
         quantizer.process()
         quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
 
 
-def load_inlined(src: Path):
-    """``src`` with every external initializer read into the model.
+def load_inlined(src: Path) -> tuple[Any, set[str]]:
+    """``src`` with every external initializer read into the model, and the names of those initializers.
 
     Read here, not by ``onnx.load``: onnx refuses external data with more than one hard link, and an export's shared
     weights file may well have several (a Triton repository links it rather than copying gigabytes).
@@ -113,9 +119,11 @@ def load_inlined(src: Path):
 
     model = onnx.load(str(src), load_external_data=False)
     root = src.parent.resolve()
+    names = set()
     for tensor in model.graph.initializer:
         if not uses_external_data(tensor):
             continue
+        names.add(tensor.name)
         info = {e.key: e.value for e in tensor.external_data}
         path = (root / info["location"]).resolve()
         if path.parent != root:
@@ -128,7 +136,7 @@ def load_inlined(src: Path):
             raise ConfigError(f"{path} ends before tensor {tensor.name} (offset {offset}, length {length})")
         del tensor.external_data[:]
         tensor.data_location = onnx.TensorProto.DEFAULT
-    return model
+    return model, names
 
 
 def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:

@@ -99,6 +99,9 @@ def test_seer_bench_report_structure(fixture_export, tmp_path):
     assert m["threads"] == m["ort_intra_op_threads"] == m["torch_threads"] == 1  # both backends, same threads
     assert report["git"] is None or len(report["git"]) >= 7
     assert "## Headline" in tables(report) and m["cpus"] >= 1
+    w = report["window_graph"]  # the exported RMSNorm is in the form ONNX Runtime fuses (docs/DESIGN.md)
+    assert w["ops_onnxruntime"].get("SimplifiedLayerNormalization", 0) >= 2 * 8 + 1 and "Reciprocal" not in w["ops"]
+    assert w["nodes_onnxruntime"] < w["nodes"] == sum(w["ops"].values()) and "Window graph: " in tables(report)
     plot(report, tmp_path / "b.png")
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -11,8 +11,10 @@ import shutil
 import subprocess
 import sys
 
+import onnx
 import pytest
 
+from seer_export.onnx.shared_weights import CONSTANT_PREFIX
 from seer_export.quantize import main
 from seer_trt.build.engines import BuildError, BuildOptions, run_build
 from seer_trt.contracts.manifest import Manifest
@@ -56,6 +58,9 @@ def test_a_quantized_export_records_its_scheme_and_runs_unchanged(fixture_export
     assert after.graph("step_zero").to_dict() == before.graph("step_zero").to_dict()
     # the check: Seer's cut is the source's on every prompt (step zero is unchanged), most answers too
     assert q["check"]["prompts"] == 8 and q["check"]["same_kept"] == 8 and q["check"]["same_answers"] >= 6
+    graph = onnx.load(str(dst / after.graph("denoise").file), load_external_data=False).graph
+    rotations = [n for n in graph.node if n.input[1:2] and n.input[1].startswith(CONSTANT_PREFIX)]
+    assert rotations and all(n.op_type == "MatMul" for n in rotations)  # RoPE's exact +-1 rotation stays float
     shrink = {"int8": 3.0, "int4": 5.0}[scheme]  # fp32 -> 1 byte, or 4 bits plus a scale per 32
     assert after.graph("denoise").size_bytes * shrink < before.graph("denoise").size_bytes
     pipe = SeerPipeline.from_manifest(dst, threads=1)  # checksums verified: the record matches the files

@@ -330,6 +330,31 @@ def backends(pipe: SeerPipeline, model, settings: Settings, progress: Progress) 
     return out
 
 
+def window_graph(pipe: SeerPipeline) -> dict[str, Any]:
+    """The window graph's size: nodes in its file, and after ONNX Runtime's own fusions (what a session runs)."""
+    import tempfile
+    from collections import Counter
+
+    import onnx
+    import onnxruntime
+
+    path = pipe.folder / pipe.manifest.graph("denoise").file
+
+    def ops(model) -> Counter:
+        return Counter(n.op_type for n in model.graph.node)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        options = onnxruntime.SessionOptions()
+        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        options.log_severity_level = 3  # not the warning that an ALL-level dump is machine-specific: it is read here
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
+        onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        before, after = ops(onnx.load(str(path), load_external_data=False)), ops(
+            onnx.load(options.optimized_model_filepath, load_external_data=False))  # fmt: skip
+    return {"nodes": sum(before.values()), "nodes_onnxruntime": sum(after.values()),
+            "ops": dict(before.most_common()), "ops_onnxruntime": dict(after.most_common())}  # fmt: skip
+
+
 def overhead(stages: dict[str, float]) -> dict[str, float]:
     """Shares of end-to-end time in one policy's batched runs."""
     total = sum(stages.values())
@@ -424,6 +449,10 @@ def tables(report: dict[str, Any]) -> str:
     for g, r in report["backends"].items():
         lines.append(f"| {g} | {r['onnxruntime_ms']:.2f} | {r['pytorch_ms']:.2f} | {fmt(r['ort_over_torch'])} | "
                      f"{r['onnxruntime_all_outputs_ms']:.2f} | {fmt(r['on_demand_over_all_outputs'])} |")  # fmt: skip
+    w = report["window_graph"]
+    fused = ", ".join(f"{op} {n}" for op, n in w["ops_onnxruntime"].items() if op not in w["ops"])
+    lines += ["", f"Window graph: {w['nodes']} nodes in the file, {w['nodes_onnxruntime']} after ONNX Runtime's "
+              f"fusions ({fused or 'none'})"]  # fmt: skip
     par = report["parallel"]
     lines += ["", f"## Parallel decoding ({par['decoding']}), gen_length {par['gen_length']}, {par['prompts']} prompts "
               f"(median of {report['settings']['parallel_rounds']} rounds)", "",
@@ -515,6 +544,7 @@ def bench(engines: Path, checkpoint: Path | None, settings: Settings, seed: int 
     report["long_prompt"] = batched(pipe, prompts, settings, "long-prompt batch", True, progress)
     report["parallel"] = parallel(pipe, settings, seed + 5, progress)
     report["backends"] = backends(pipe, model, settings, progress)
+    report["window_graph"] = window_graph(pipe)
     report["overhead"] = overhead(report["long_tail"]["stage_seconds"])
     if cpp is not None:
         from seer_export.bench.cpp import cpp_vs_python

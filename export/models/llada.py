@@ -37,7 +37,10 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x = x.float()  # the variance in fp32 even in fp16 graphs
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if torch.compiler.is_exporting():  # the form ONNX Runtime fuses into SimplifiedLayerNormalization
+            x = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        else:
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
 
 
@@ -51,7 +54,16 @@ def rope(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.d
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
+    if torch.compiler.is_exporting():  # one small MatMul instead of Slice, Neg, Slice, Concat
+        return x @ _rotation(x.shape[-1], x.dtype, x.device)
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rotation(head_dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """R [hd, hd] with x @ R = cat(-x[half:], x[:half]) exactly (each column holds one +-1)."""
+    eye = torch.eye(head_dim // 2, dtype=dtype, device=device)
+    zero = torch.zeros_like(eye)
+    return torch.cat([torch.cat([zero, eye], dim=1), torch.cat([-eye, zero], dim=1)], dim=0)
 
 
 def attention_mask(segment_ids: torch.Tensor, past: int = 0) -> torch.Tensor:
@@ -103,15 +115,14 @@ class Attention(nn.Module):
         past_v: torch.Tensor, weights: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
         """Attention of this call's S positions over cached ``past_k`` / ``past_v`` [M, B, H_kv, C, hd] (combined
-        with ``weights`` [M]) and over themselves; ``mask`` [B, 1, S, C + S]. Returns the output [B, S, D] and this
-        call's k, v [B, H_kv, S, hd] (k after RoPE)."""
+        with ``weights`` [M]) and over themselves; ``mask`` [B, 1, S, C + S] is additive (0 or -inf), made once for
+        all layers. Returns the output [B, S, D] and this call's k, v [B, H_kv, S, hd] (k after RoPE)."""
         b, s, _ = x.shape
         q, k, v = self.project(x, cos, sin)
-        scale = 1.0 / math.sqrt(self.head_dim)
+        qs = q * (1.0 / math.sqrt(self.head_dim))  # scaled before the products: [B, H, S, hd], not [.., C + S]
         w = weights.to(q.dtype)[:, None, None, None, None]  # [M, 1, 1, 1, 1]
-        past_scores = ((q[None] @ self._heads(past_k).transpose(-1, -2)) * w).sum(0)  # [B, H, S, C]
-        scores = torch.cat([past_scores, q @ self._heads(k).transpose(-1, -2)], dim=-1) * scale  # [B, H, S, C + S]
-        scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
+        past_scores = ((qs[None] @ self._heads(past_k).transpose(-1, -2)) * w).sum(0)  # [B, H, S, C]
+        scores = torch.cat([past_scores, qs @ self._heads(k).transpose(-1, -2)], dim=-1) + mask  # [B, H, S, C + S]
         probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # fp32 softmax, also in fp16 graphs
         c = past_k.shape[-2]
         past_out = ((probs[None, ..., :c] @ self._heads(past_v)) * w).sum(0)  # [B, H, S, hd]

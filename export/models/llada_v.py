@@ -184,7 +184,8 @@ class LLaDAV(nn.Module):
         """
         c, p = past[0][0].shape[-2], prefix_embeds.shape[1]
         x = torch.cat([prefix_embeds, self.model.embed_tokens(gen_ids).to(prefix_embeds.dtype)], dim=1)
-        mask = attention_mask(segment_ids, c)
+        allowed = attention_mask(segment_ids, c)
+        mask = torch.zeros_like(allowed, dtype=x.dtype).masked_fill(~allowed, float("-inf"))  # additive, once
         cos, sin = rope(position_ids[:, c:], self.config.text.head_dim, self.config.text.rope_theta, x.dtype)
         present = []
         for layer, (past_k, past_v) in zip(self.model.layers, past, strict=True):

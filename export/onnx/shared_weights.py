@@ -32,6 +32,8 @@ ALIGN_LARGE = 4096  # tensors from 64 KiB on start on a page: memory-mapped view
 ALIGN_SMALL = 64  # the rest on a cache line, which every CPU kernel's alignment needs are met by
 LARGE_TENSOR = 64 * 1024
 
+CONSTANT_PREFIX = "const."  # a stored tensor of the graph's own (RoPE's rotation), not of the checkpoint
+
 
 class SharedWeights:
     """The append-only weights file of one export being written."""
@@ -68,7 +70,7 @@ class SharedWeights:
                 continue
             else:
                 digest = hashlib.sha256(f"{tensor.dtype}{tuple(tensor.shape)}".encode() + tensor.tobytes())
-                name = f"const.{digest.hexdigest()[:24]}"
+                name = f"{CONSTANT_PREFIX}{digest.hexdigest()[:24]}"
             if name not in self.index:
                 data = np.ascontiguousarray(tensor.numpy()).tobytes()
                 self.index[name] = StoredTensor(self._append(data), len(data), str(value.dtype.numpy()),

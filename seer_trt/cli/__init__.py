@@ -44,10 +44,10 @@ def launch(prog: str, module: str, argv: list[str] | None = None) -> int:
     """Import ``module`` and return its ``main(argv)``. SIGTERM and SIGHUP (where not ignored) raise a
     KeyboardInterrupt for the whole command, as Ctrl-C does, so every command ends on them with one line and
     128 + the signal (``seer_trt.cli.common.run_main``); an interrupt during the import says so."""
-    for s in _START_SIGNALS:
-        if signal.getsignal(s) is signal.SIG_DFL:
-            signal.signal(s, _raise)
-    try:
+    try:  # a Ctrl-C may come while the handlers are being installed, too
+        for s in _START_SIGNALS:
+            if signal.getsignal(s) is signal.SIG_DFL:
+                signal.signal(s, _raise)
         main = importlib.import_module(module).main
     except BaseException as err:
         interrupt = by_interrupt(err)
