@@ -120,12 +120,16 @@ class Attention(nn.Module):
         b, s, _ = x.shape
         q, k, v = self.project(x, cos, sin)
         qs = q * (1.0 / math.sqrt(self.head_dim))  # scaled before the products: [B, H, S, hd], not [.., C + S]
-        w = weights.to(q.dtype)[:, None, None, None, None]  # [M, 1, 1, 1, 1]
-        past_scores = ((qs[None] @ self._heads(past_k).transpose(-1, -2)) * w).sum(0)  # [B, H, S, C]
+        m, w = past_k.shape[0], weights.to(q.dtype)[None]  # [1, M]
+
+        def combine(per_snapshot: torch.Tensor) -> torch.Tensor:  # [M, ...] -> sum_m w_m x_m, one MatMul
+            return (w @ per_snapshot.reshape(m, -1)).reshape(per_snapshot.shape[1:])
+
+        past_scores = combine(qs[None] @ self._heads(past_k).transpose(-1, -2))  # [B, H, S, C]
         scores = torch.cat([past_scores, qs @ self._heads(k).transpose(-1, -2)], dim=-1) + mask  # [B, H, S, C + S]
         probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # fp32 softmax, also in fp16 graphs
         c = past_k.shape[-2]
-        past_out = ((probs[None, ..., :c] @ self._heads(past_v)) * w).sum(0)  # [B, H, S, hd]
+        past_out = combine(probs[None, ..., :c] @ self._heads(past_v))  # [B, H, S, hd]
         out = past_out + probs[..., c:] @ self._heads(v)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1)), k, v
 
