@@ -269,10 +269,12 @@ def test_step_zero_graph_stops_at_the_probe_layer(fixture_export):
     assert layers == set(range(k + 1))  # nothing past layer k
     assert not any("lm_head" in n or n.startswith("model.norm") for n in names)
     matmuls = sum(n.op_type == "MatMul" for n in model.graph.node)
-    assert matmuls <= 9 * (k + 1) + 1  # q, k, v, o, QK^T, AV, gate, up, down per layer, the probe; no head
+    # q, k, v, o, QK^T, AV, gate, up, down and RoPE's rotation of q and of k per layer, the probe; no head
+    assert matmuls <= 11 * (k + 1) + 1
     full = onnx.load(str(out / "denoise.onnx"), load_external_data=False)
-    # per layer also the scores against the cached keys and their output over the cached values; then the head
-    assert sum(n.op_type == "MatMul" for n in full.graph.node) == 11 * manifest.model.num_layers + 1
+    # per layer also the scores against the cached keys, their output over the cached values, and the two weighted
+    # sums over the snapshots; then the head
+    assert sum(n.op_type == "MatMul" for n in full.graph.node) == 15 * manifest.model.num_layers + 1
 
 
 def _stored_tensors(folder: Path) -> list[tuple[str, str, bytes]]:

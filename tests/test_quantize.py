@@ -13,6 +13,7 @@ import sys
 
 import onnx
 import pytest
+from ort_sessions import prepacks
 
 from seer_export.onnx.shared_weights import CONSTANT_PREFIX
 from seer_export.quantize import main
@@ -67,16 +68,8 @@ def test_a_quantized_export_records_its_scheme_and_runs_unchanged(fixture_export
     result = pipe.generate([Request("count to 5 .", cache="none")])[0]
     assert result.ok and result.text == "1 2 3 4 5"
     # its own weights, prepacked (the shared-weights sessions turn prepacking off; MatMulNBits then runs 5x slower)
-    assert prepacking(pipe, "denoise") and not prepacking(pipe, "step_zero")
+    assert prepacks(pipe.backend, "denoise") and not prepacks(pipe.backend, "step_zero")
     pipe.close()
-
-
-def prepacking(pipe, graph: str) -> bool:
-    options = pipe.backend._session(graph).get_session_options()
-    try:
-        return options.get_session_config_entry("session.disable_prepacking") != "1"
-    except Exception:  # onnxruntime raises when the entry was never set: the default, prepacking on
-        return True
 
 
 def test_what_seer_quantize_refuses_is_one_line_and_writes_nothing(fixture_export, quantized, tmp_path):

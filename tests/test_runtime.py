@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from ort_sessions import prepacks
 from test_imports import BLOCKER
 
 from seer_export.models.loading import load_model
@@ -24,7 +25,7 @@ from seer_export.models.registry import FIXTURE_DIR
 from seer_export.reference.fixture import TaskEncoder
 from seer_export.reference.sampler import generate
 from seer_export.reference.seer import seer_generate
-from seer_trt.backends.onnxruntime import OrtBackend
+from seer_trt.backends.onnxruntime import OrtBackend, loop_prepack_fits
 from seer_trt.cli.run import main as run_main
 from seer_trt.contracts.config import SeerConfig
 from seer_trt.contracts.errors import ConfigError, ManifestError
@@ -301,6 +302,10 @@ def test_sessions_share_one_memory_mapped_copy_of_the_weights(fixture_export):
     assert isinstance(mapped, np.memmap) and mapped.size == manifest.weights.size_bytes
     assert Path(mapped.filename) == (folder / manifest.weights.file).resolve()
     assert all(np.shares_memory(a, mapped) for a in arrays)  # views of the one mapping: no copy per session
+    # the loop graph packs its own copy where it fits in a quarter of memory; the once-per-request graphs never do
+    assert shared.prepack_loop and prepacks(shared, "denoise") and not prepacks(shared, "step_zero")
+    packed = sum(manifest.graph(g).size_bytes for g in ("denoise", "denoise_logits"))  # the fixture has both
+    assert loop_prepack_fits(manifest, 4 * packed) and not loop_prepack_fits(manifest, 4 * packed - 1)
     shared.close()
     own.close()
 

@@ -18,12 +18,15 @@ file, which ``OrtBackend`` memory-maps and hands to each session as shared initi
 (``SessionOptions.add_initializer``), one ``OrtValue`` per tensor; its pages are read once, on first use, and
 shared with other processes mapping the same file. That needs ONNX Runtime's weight prepacking off: a session
 would otherwise keep its own packed copy of every MatMul weight (on the CPU: a few to 30 % slower steps on the
-fixture, for one copy of the weights instead of one per session). ``share_weights=False`` restores per-session
-loading and prepacking. CPU provider only: CUDA / TensorRT sessions load their own copy onto the device.
+fixture, for one copy of the weights instead of one per session). The loop graphs (``denoise``, ``denoise_logits``)
+keep prepacking, over the shared tensors, where their packed copies take at most ``PREPACK_MEMORY_SHARE`` of the
+machine's memory: one packed copy of what the steps read, for 8-20 % faster steps on the fixture.
+``share_weights=False`` restores per-session loading and prepacking for every graph. CPU provider only: CUDA / TensorRT sessions load their own copy onto the device.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -51,6 +54,22 @@ BINDING_CACHE_BYTES = 512 * 2**20  # output bytes of bindings kept per thread: e
 # once per request (embed, vision, step_zero), and a spinning idle pool of theirs slowed the denoising steps right
 # after it by ~20 % on a 2-core machine.
 LOOP_GRAPHS = ("denoise", "denoise_logits")
+
+# With shared weights, the loop graphs still get a packed copy of their MatMul weights (8-20 % faster steps on the
+# fixture, docs/results.md) when those copies take at most this share of the machine's memory.
+PREPACK_MEMORY_SHARE = 0.25
+
+
+def loop_prepack_fits(manifest: Manifest, memory_bytes: int | None = None) -> bool:
+    """Whether packed copies of the loop graphs' weights fit in ``PREPACK_MEMORY_SHARE`` of memory (physical by
+    default; False where the platform does not say)."""
+    if memory_bytes is None:
+        try:
+            memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return False
+    packed = sum(e.size_bytes for g, e in manifest.graphs.items() if g in LOOP_GRAPHS and e.quantization is None)
+    return packed <= PREPACK_MEMORY_SHARE * memory_bytes
 
 
 ONNX_TYPES = {  # ONNX Runtime's type strings -> manifest dtypes
@@ -105,6 +124,7 @@ class OrtBackend:
                     f"graph {name!r}: {self.folder / entry.file} is missing; re-export with seer-export --out {folder}"
                 )
         self.share_weights = share_weights and provider == "cpu" and manifest.weights is not None
+        self.prepack_loop = self.share_weights and loop_prepack_fits(manifest)
         self._shared: dict[str, tuple[np.ndarray, object]] | None = None  # name -> (mapped array, its OrtValue)
         self._sessions: dict[str, object] = {}
         self._lock = threading.Lock()
@@ -127,9 +147,11 @@ class OrtBackend:
         if graph not in LOOP_GRAPHS:  # its idle threads would spin, stealing the cores of the steps that follow
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # a quantized graph (seer-quantize) holds its own weights, and its kernels need prepacking (MatMulNBits
-        # without it: 5x slower on the wide checkpoint); sharing is for the graphs that read the shared file
+        # without it: 5x slower on the wide checkpoint); sharing is for the graphs that read the shared file, and
+        # the loop graphs also pack their own copy where it fits (loop_prepack_fits)
         if self.share_weights and entry.quantization is None:
-            options.add_session_config_entry("session.disable_prepacking", "1")  # a packed copy per session otherwise
+            if not (graph in LOOP_GRAPHS and self.prepack_loop):
+                options.add_session_config_entry("session.disable_prepacking", "1")  # a packed copy otherwise
             for name, (_, value) in self._shared_weights().items():
                 options.add_initializer(name, value)  # a name the graph lacks is ignored by ONNX Runtime
         path = self.folder / entry.file
