@@ -1,22 +1,28 @@
-"""``seer-quantize``: a copy of an export whose window graphs hold int8 or int4 weights (docs/DESIGN.md "Quantized
+"""``seer-quantize``: a copy of an export whose window graphs hold quantized weights (docs/DESIGN.md "Quantized
 exports").
 
-In:  ``--engines SRC`` (a ``seer-export`` folder, verified against its checksums), ``--scheme int8|int4``, ``--out
-     DST`` (default: SRC's name with ``-int8`` / ``-int4``), ``--force``, ``--check N`` held-out prompts.
-Out: DST: SRC's graphs, tokenizer and shared weights, with ``denoise`` (and ``denoise_logits``) rewritten by ONNX
-     Runtime's quantizers; each such graph's manifest entry records the scheme, the runtime that runs its quantized
-     ops, the tool and the method; checksums of every file the graphs read. The step-zero graph (what Seer reads:
-     the probe's residual stream, the MLP statistic), embed and vision stay as exported, so Seer's cut is the fp32
-     export's. Before the folder is swapped in, ``--check`` prompts run through SRC and DST and the share of equal
+In:  ``--engines SRC`` (a ``seer-export`` folder, verified against its checksums), ``--scheme``, ``--out DST``
+     (default: SRC's name with ``-SCHEME``), ``--force``, ``--check N`` held-out prompts; for the trt-* schemes
+     ``--calibrate N`` held-out prompts or ``--calibration-prompts FILE``.
+Out: DST: SRC's graphs, tokenizer and shared weights, with ``denoise`` (and ``denoise_logits``) rewritten; each such
+     graph's manifest entry records the scheme, the runtime that runs its quantized ops, the tool and the method;
+     checksums of every file the graphs read. The step-zero graph (what Seer reads: the probe's residual stream,
+     the MLP statistic), embed and vision stay as exported, so Seer's cut is the source's. Before the folder is
+     swapped in, ``--check`` prompts run through SRC and DST on ONNX Runtime's CPU provider and the share of equal
      answers is printed and recorded (the fixture task only; other models are not checked).
 
-Schemes (both for ONNX Runtime's CPU provider; TensorRT cannot parse their ops, so ``seer-build`` refuses them):
+Schemes:
 
-    int8   ``quantize_dynamic``: MatMul weights int8 per output channel (``MatMulConstBOnly``), activations quantized
-           per call (``DynamicQuantizeLinear`` + ``MatMulInteger``)
-    int4   ``MatMulNBitsQuantizer``: MatMul weights int4 in blocks of 32, symmetric (``MatMulNBits``)
+    int8      ONNX Runtime CPU: ``quantize_dynamic``, MatMul weights int8 per output channel (``MatMulConstBOnly``),
+              activations quantized per call (``DynamicQuantizeLinear`` + ``MatMulInteger``)
+    int4      ONNX Runtime CPU: ``MatMulNBitsQuantizer``, MatMul weights int4 in blocks of 32, symmetric
+              (``MatMulNBits``)
+    trt-int8  TensorRT: NVIDIA ModelOpt's Q/DQ (``seer_export.qdq``), calibrated on the source's own calls
+    trt-fp8   (int8 / FP8 weights and activations, int4 weights only); ``seer-build`` builds them, ONNX
+    trt-int4  Runtime's CPU provider runs them too (dequantizing: the check's and seer-eval's accuracy)
 
-Nothing is written outside a staging folder that replaces DST only when complete (``replace_folder``).
+TensorRT parses neither MatMulInteger nor MatMulNBits, so ``seer-build`` refuses int8 and int4. Nothing is written
+outside a staging folder that replaces DST only when complete (``replace_folder``).
 """
 
 from __future__ import annotations
@@ -31,16 +37,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seer_export import qdq
 from seer_trt.cli.common import Parser, add_verbose, run_main
 from seer_trt.contracts.errors import ConfigError, InputError
 
 PROG = "seer-quantize"
 SCHEMES = {
-    "int8": "quantize_dynamic: MatMul weights int8 per channel, activations per call (MatMulInteger)",
-    "int4": "MatMulNBitsQuantizer: MatMul weights int4, blocks of 32, symmetric (MatMulNBits)",
+    "int8": "ONNX Runtime CPU: quantize_dynamic, MatMul weights int8 per channel, activations per call (MatMulInteger)",
+    "int4": "ONNX Runtime CPU: MatMulNBitsQuantizer, MatMul weights int4, blocks of 32, symmetric (MatMulNBits)",
+    **{name: s.about for name, s in qdq.SCHEMES.items()},
 }
 QUANTIZED_GRAPHS = ("denoise", "denoise_logits")  # the loop's graphs; step zero, embed and vision stay as exported
-RUNTIME = "onnxruntime-cpu"  # what runs both schemes' ops
+RUNTIMES = {"int8": "onnxruntime-cpu", "int4": "onnxruntime-cpu"}  # what runs a scheme's ops; trt-*: "tensorrt"
+PRECISIONS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}  # a graph's precision, in ModelOpt's words
+CHECK_SEED, CALIBRATION_SEED = 7, 11  # held-out sets of the fixture task, apart from each other and seer-eval's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +60,8 @@ class QuantizeOptions:
     out: Path | None = None
     force: bool = False
     check: int = 16
+    calibrate: int = 16  # trt-*: held-out fixture prompts whose denoise calls calibrate the activations
+    calibration_prompts: Path | None = None  # trt-*: a text file, one prompt per line, instead of the fixture's
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--check", type=int, default=16, metavar="N",
                     help="held-out prompts answered by both exports before the copy is kept; their agreement is "
                     "printed and recorded (default 16; 0: none; fixture-task exports only)")  # fmt: skip
+    ap.add_argument("--calibrate", type=int, default=16, metavar="N",
+                    help="trt-* schemes: held-out prompts of the fixture task answered by the source export; "
+                    "every denoise call they make is recorded and calibrates the activations (default 16)")  # fmt: skip
+    ap.add_argument("--calibration-prompts", type=Path, metavar="FILE",
+                    help="trt-* schemes: a UTF-8 text file, one prompt per line (text only), answered instead of "
+                    "the fixture's held-out prompts: what a real model calibrates on")  # fmt: skip
     add_verbose(ap)
     return ap
 
@@ -76,8 +94,11 @@ def main(argv: list[str] | None = None) -> int:
 def work(args: argparse.Namespace) -> int:
     if args.check < 0:
         raise InputError(f"--check {args.check} must be at least 0")
-    out = run_quantize(QuantizeOptions(args.engines, args.scheme, args.out, args.force, args.check),
-                       lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
+    if args.calibrate < 1:
+        raise InputError(f"--calibrate {args.calibrate} must be at least 1")
+    options = QuantizeOptions(args.engines, args.scheme, args.out, args.force, args.check, args.calibrate,
+                              args.calibration_prompts)  # fmt: skip
+    out = run_quantize(options, lambda line: print(line, file=sys.stderr, flush=True))
     print(out)
     return 0
 
@@ -88,7 +109,7 @@ def quantize_graph(src: Path, dst: Path, scheme: str) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from seer_export.onnx.shared_weights import CONSTANT_PREFIX
+    from seer_export.onnx.shared_weights import CONSTANT_PREFIX, load_inlined
 
     model, weights = load_inlined(src)
     # only the checkpoint's weights are quantized; a MatMul by a constant of the graph's own (RoPE's exact +-1
@@ -106,37 +127,6 @@ def quantize_graph(src: Path, dst: Path, scheme: str) -> None:
         quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True, nodes_to_exclude=exclude)
         quantizer.process()
         quantizer.model.save_model_to_file(str(dst), use_external_data_format=True)
-
-
-def load_inlined(src: Path) -> tuple[Any, set[str]]:
-    """``src`` with every external initializer read into the model, and the names of those initializers.
-
-    Read here, not by ``onnx.load``: onnx refuses external data with more than one hard link, and an export's shared
-    weights file may well have several (a Triton repository links it rather than copying gigabytes).
-    """
-    import onnx
-    from onnx.external_data_helper import uses_external_data
-
-    model = onnx.load(str(src), load_external_data=False)
-    root = src.parent.resolve()
-    names = set()
-    for tensor in model.graph.initializer:
-        if not uses_external_data(tensor):
-            continue
-        names.add(tensor.name)
-        info = {e.key: e.value for e in tensor.external_data}
-        path = (root / info["location"]).resolve()
-        if path.parent != root:
-            raise ConfigError(f"{src}: tensor {tensor.name} reads {info['location']}, outside the export")
-        offset, length = int(info.get("offset", 0)), int(info["length"])
-        with path.open("rb") as f:
-            f.seek(offset)
-            tensor.raw_data = f.read(length)
-        if len(tensor.raw_data) != length:
-            raise ConfigError(f"{path} ends before tensor {tensor.name} (offset {offset}, length {length})")
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
-    return model, names
 
 
 def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
@@ -173,6 +163,8 @@ def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
     if out == src:
         raise ConfigError(f"--out {out} is the export being quantized; pass another folder")
     target = check_target(out, options.force, is_export, "--out", "an export", legacy=export_files)
+    install = qdq.ModeloptInstall.find() if options.scheme in qdq.SCHEMES else None  # before any work
+    prompts = read_prompts(options.calibration_prompts) if install and options.calibration_prompts else None
     checked = verify(src, manifest, log=stage)
     stage(f"{src}: {checked} file(s) match the manifest's sha256; quantizing {', '.join(graphs)} to {options.scheme}")
     with replace_folder(target) as staging:
@@ -182,14 +174,24 @@ def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
                 shutil.copy2(src / name, staging / name)
         shutil.copytree(src / manifest.tokenizer, staging / manifest.tokenizer)
         entries = dict(manifest.graphs)
+        calls, calibration = calibration_calls(src, options, prompts, stage) if install else ([], {})
         for g in graphs:
             entry = manifest.graph(g)
-            quantize_graph(src / entry.file, staging / entry.file, options.scheme)
+            record: dict[str, Any] = {"scheme": options.scheme, "method": SCHEMES[options.scheme]}
+            if install is None:
+                quantize_graph(src / entry.file, staging / entry.file, options.scheme)
+                record.update(
+                    runtime=RUNTIMES[options.scheme], tool=f"onnxruntime.quantization {onnxruntime.__version__}"
+                )
+            else:
+                with tempfile.TemporaryDirectory(dir=staging) as work:
+                    version = qdq.quantize_graph(src / entry.file, staging / entry.file, options.scheme, calls,
+                                                      PRECISIONS[entry.precision], install, Path(work), stage)  # fmt: skip
+                record.update(runtime="tensorrt", tool=f"nvidia-modelopt {version}",
+                              calibration=calibration)  # fmt: skip
             data = f"{entry.file}.data"
             size = (staging / data).stat().st_size
-            entries[g] = dataclasses.replace(entry, external_data=data, size_bytes=size, quantization={
-                "scheme": options.scheme, "runtime": RUNTIME, "method": SCHEMES[options.scheme],
-                "tool": f"onnxruntime.quantization {onnxruntime.__version__}"})  # fmt: skip
+            entries[g] = dataclasses.replace(entry, external_data=data, size_bytes=size, quantization=record)
             stage(f"{g}: {entry.size_bytes / 2**20:.1f} MiB of weights -> {size / 2**20:.1f} MiB ({options.scheme})")
         # the plans of the source are fp32/fp16 engines of other graphs: none is copied
         quantized = dataclasses.replace(manifest, graphs=entries, engines={}, builds={}, checksums={})
@@ -204,6 +206,54 @@ def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
     return out
 
 
+def read_prompts(path: Path) -> list[str]:
+    """The calibration prompts of ``--calibration-prompts``: one per line, blank lines skipped.
+
+    Raises:
+        ConfigError: the file cannot be read, or holds no prompt.
+    """
+    try:
+        prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--calibration-prompts {path} cannot be read ({err}); pass a UTF-8 text file, one prompt "
+                          f"per line") from None  # fmt: skip
+    if not prompts:
+        raise ConfigError(f"--calibration-prompts {path} holds no prompt; write one per line")
+    return prompts
+
+
+def calibration_calls(src: Path, options: QuantizeOptions, prompts: list[str] | None,
+                      stage: Callable[[str], None]) -> tuple[list, dict]:  # fmt: skip
+    """The ``denoise`` calls the source export makes answering the calibration prompts (``prompts``, else the
+    fixture task's held-out ones; Seer, the fixed rule, no cache), and their record for the manifest.
+
+    Raises:
+        ConfigError: no prompts and a model that does not speak the fixture task; a prompt that failed.
+    """
+    from seer_trt.eval.accuracy import fixture_samples
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request
+
+    pipe = SeerPipeline.from_manifest(src, threads=1)
+    try:
+        if prompts is not None:
+            requests = [Request(text, decoding="fixed", cache="none") for text in prompts]
+            source = str(options.calibration_prompts)
+        else:
+            try:
+                samples = fixture_samples(pipe, options.calibrate, CALIBRATION_SEED)
+            except ConfigError as err:
+                raise ConfigError(f"{err}; calibrate it on its own prompts with --calibration-prompts FILE") from None
+            requests = [Request(s.question, s.image, decoding="fixed", cache="none") for s in samples]
+            source = f"fixture held-out seed {CALIBRATION_SEED}"
+        stage(f"calibration: answering {len(requests)} prompt(s) ({source}) with the source export")
+        calls = qdq.record_calls(pipe, requests)
+    finally:
+        pipe.close()
+    stage(f"calibration: {len(calls)} denoise calls recorded")
+    return calls, {"prompts": len(requests), "source": source, "calls": len(calls)}
+
+
 def check(src: Path, dst: Path, n: int, stage: Callable[[str], None]) -> dict[str, Any] | None:
     """``n`` held-out prompts through both exports (Seer, the fixed rule, cache none): how many answers are equal."""
     if n == 0:
@@ -215,7 +265,7 @@ def check(src: Path, dst: Path, n: int, stage: Callable[[str], None]) -> dict[st
     before, after = SeerPipeline.from_manifest(src, threads=1), SeerPipeline.from_manifest(dst, threads=1)
     try:
         try:
-            prompts = fixture_samples(before, n, 7)
+            prompts = fixture_samples(before, n, CHECK_SEED)
         except ConfigError:  # not the fixture task: no held-out prompts to speak it
             stage("check skipped: the held-out prompts are the fixture task's, which this model does not speak")
             return None

@@ -58,6 +58,15 @@ def fixture_export(tmp_path_factory) -> tuple[Path, object, str]:
 
 
 @pytest.fixture(scope="session")
+def modelopt_install():
+    """NVIDIA ModelOpt in its own venv (seer_export.qdq), installed into ``$SEER_MODELOPT_HOME`` or
+    ``~/.cache/seer-trt/modelopt`` on first use (about 2 GB, a couple of minutes), reused after."""
+    from seer_export.qdq import setup
+
+    return setup()
+
+
+@pytest.fixture(scope="session")
 def triton_install():
     """The tritonserver files (nvidia-pytriton's binary and a numpy<2 venv for the Python backend), installed into
     ``$SEER_TRITON_HOME`` or ``~/.cache/seer-trt/triton`` on first use (a download of about 60 MB), reused after."""

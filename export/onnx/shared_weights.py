@@ -15,12 +15,14 @@ Out: ``WEIGHTS_FILE`` in the export folder, appended to as graphs come; every gr
 A checkpoint tensor is read (lazily, one at a time) only the first time a graph uses it, so memory stays near one
 tensor. The exporter's constants larger than ``INLINE_BYTES`` (a folded position embedding, say) are keyed by
 their content, so two graphs folding the same constant share it too; smaller ones (shapes, scalars) stay inline.
+``load_inlined`` reads one graph back with every stored tensor in the model (what seer-quantize rewrites).
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,3 +97,36 @@ class SharedWeights:
         write_weights_index(self.path.parent / WEIGHTS_INDEX, self.index)
         return WeightsInfo(file=self.path.name, index=WEIGHTS_INDEX, size_bytes=self.path.stat().st_size,
                            tensors=len(self.index))  # fmt: skip
+
+
+def load_inlined(src: Path) -> tuple[Any, set[str]]:
+    """``src`` with every external initializer read into the model, and the names of those initializers.
+
+    Read here, not by ``onnx.load``: onnx refuses external data with more than one hard link, and an export's shared
+    weights file may well have several (a Triton repository links it rather than copying gigabytes).
+    """
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    from seer_trt.contracts.errors import ConfigError
+
+    model = onnx.load(str(src), load_external_data=False)
+    root = src.parent.resolve()
+    names = set()
+    for tensor in model.graph.initializer:
+        if not uses_external_data(tensor):
+            continue
+        names.add(tensor.name)
+        info = {e.key: e.value for e in tensor.external_data}
+        path = (root / info["location"]).resolve()
+        if path.parent != root:
+            raise ConfigError(f"{src}: tensor {tensor.name} reads {info['location']}, outside the export")
+        offset, length = int(info.get("offset", 0)), int(info["length"])
+        with path.open("rb") as f:
+            f.seek(offset)
+            tensor.raw_data = f.read(length)
+        if len(tensor.raw_data) != length:
+            raise ConfigError(f"{path} ends before tensor {tensor.name} (offset {offset}, length {length})")
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    return model, names

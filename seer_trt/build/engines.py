@@ -275,6 +275,11 @@ def run_build(options: BuildOptions, log: Log = print) -> Manifest | ProfilePlan
     for g, q in cpu_only.items():
         log(f"{g}: quantized {q['scheme']} for ONNX Runtime's CPU provider ({q.get('method', '')}); TensorRT's parser "
             f"does not take its ops, so it is not built")  # fmt: skip
+    for g in plan.graphs:
+        q = manifest.graph(g).quantization or {}
+        if q.get("runtime") == "tensorrt":
+            log(f"{g}: {q['scheme']} Q/DQ graph ({q.get('tool', '')}): TensorRT builds its quantized MatMuls "
+                f"{'(FP8 needs compute capability 8.9+)' if 'fp8' in q['scheme'] else ''}".rstrip())  # fmt: skip
     if options.dry_run:
         return plan
     if cpu_only:

@@ -106,8 +106,9 @@ class GraphEntry:
     opset: int  # ONNX default-domain opset
     external_data: str | None  # weights file next to ``file`` when the graph was saved with external data
     size_bytes: int  # weights, as stored
-    # seer-quantize's record when the graph's weights were quantized: scheme ("int8" | "int4"), runtime (what runs
-    # its quantized ops), tool, method; None: as exported. An optional key: a 2.2 reader that lacks it ignores it.
+    # seer-quantize's record when the graph's weights were quantized: scheme ("int8" | "int4" | "trt-int8" |
+    # "trt-fp8" | "trt-int4"), runtime ("onnxruntime-cpu" | "tensorrt": what runs its quantized ops), tool, method,
+    # calibration (trt-*), check; None: as exported. An optional key: a 2.2 reader that lacks it ignores it.
     quantization: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
