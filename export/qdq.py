@@ -27,13 +27,13 @@ import collections
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from seer_trt.contracts.errors import ConfigError, SeerError
 
@@ -75,6 +75,9 @@ SCHEMES = {
     ),  # fmt: skip
 }
 CALLS_KEPT = 48  # recorded calls handed to the calibrator at most, spread over the run
+RECORDED_MAX = 4 * CALLS_KEPT  # calls held while recording: every k-th, k doubling when full (a real model's
+# calls are megabytes each; thousands of them would not fit)
+WORKER_TIMEOUT_S = 6 * 3600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +103,10 @@ class ModeloptInstall:
         if not (install.python.is_file() and install.stamp.is_file()):
             raise ConfigError(f"the trt-* schemes run NVIDIA ModelOpt, which is not installed at {install.home}; "
                               f"install it with {SETUP}")  # fmt: skip
+        pins = install.stamp.read_text().split()
+        if pins != list(PACKAGES):
+            raise ConfigError(f"{install.home} holds {pins}, this seer-trt runs {list(PACKAGES)}; reinstall: remove "
+                              f"{install.home} and run {SETUP}")  # fmt: skip
         return install
 
 
@@ -110,7 +117,7 @@ def setup(home: str | Path | None = None, python: str = sys.executable) -> Model
         ConfigError: pip could not install it (the message has pip's last line).
     """
     install = ModeloptInstall(Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME))
-    if install.stamp.is_file() and install.python.is_file():
+    if install.stamp.is_file() and install.python.is_file() and install.stamp.read_text().split() == list(PACKAGES):
         return install
     install.home.mkdir(parents=True, exist_ok=True)
     for cmd in ([python, "-m", "venv", str(install.home / "venv")],
@@ -118,32 +125,48 @@ def setup(home: str | Path | None = None, python: str = sys.executable) -> Model
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         if out.returncode != 0:
             last = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()[-1]
-            raise ConfigError(f"installing ModelOpt into {install.home} failed: {' '.join(cmd[:4])} ...: {last}")
+            raise ConfigError(f"installing ModelOpt into {install.home} failed: {' '.join(cmd[:4])} ...: {last}; "
+                              f"check the network and free space (about 2 GB), then run setup again")  # fmt: skip
     install.stamp.write_text("\n".join(PACKAGES) + "\n")
     return install
 
 
 class RecordingBackend:
-    """A backend that keeps the inputs of every call of one graph, and otherwise is the backend it wraps."""
+    """A backend that keeps the inputs of the calls of one graph, and otherwise is the backend it wraps.
 
-    def __init__(self, backend: Any, graph: str):
-        self._backend, self.graph, self.calls = backend, graph, []
+    At most ``limit`` calls are held, spread over the run: every ``stride``-th call, the stride doubling (and every
+    other held call dropped) when the store is full.
+    """
+
+    def __init__(self, backend: Any, graph: str, limit: int = RECORDED_MAX):
+        self._backend, self.graph, self.limit = backend, graph, limit
+        self.calls: list[dict[str, Any]] = []
+        self.seen, self.stride = 0, 1
 
     def run(self, graph: str, feeds: Any, *args: Any, **kwargs: Any) -> Any:
         if graph == self.graph:
-            self.calls.append({k: np.array(v) for k, v in feeds.items()})
+            import numpy as np
+
+            if self.seen % self.stride == 0:
+                self.calls.append({k: np.array(v) for k, v in feeds.items()})
+                if len(self.calls) > self.limit:
+                    self.calls, self.stride = self.calls[::2], self.stride * 2
+            self.seen += 1
         return self._backend.run(graph, feeds, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
 
-def record_calls(pipe: Any, requests: Sequence[Any], graph: str = "denoise") -> list[dict[str, np.ndarray]]:
-    """The inputs of every ``graph`` call ``pipe`` (a ``SeerPipeline``) makes answering ``requests``.
+def record_calls(pipe: Any, requests: Sequence[Any], graph: str = "denoise") -> tuple[list[dict[str, Any]], int]:
+    """The inputs of the ``graph`` calls ``pipe`` (a ``SeerPipeline``) makes answering ``requests`` (at most
+    ``RECORDED_MAX``, spread over the run), and how many calls it made.
 
     Raises:
-        ConfigError: a request failed (the message names it).
+        ConfigError: a request failed, or no call of ``graph`` was made (the message says which).
     """
+    if pipe.policy == "cost_model" and pipe.cost is None:
+        pipe.calibrate_costs()  # its timing calls (zero prompts) go through the backend: not calibration data
     backend = pipe.backend
     pipe.backend = recorder = RecordingBackend(backend, graph)
     try:
@@ -152,19 +175,23 @@ def record_calls(pipe: Any, requests: Sequence[Any], graph: str = "denoise") -> 
         pipe.backend = backend
     failed = [(i, r) for i, r in enumerate(results) if not r.ok]
     if failed:
-        raise ConfigError(f"calibration prompt {failed[0][0] + 1} failed: {failed[0][1].error}; fix or drop it")
-    return recorder.calls
+        raise ConfigError(f"calibration prompt {failed[0][0] + 1} failed: {failed[0][1].error}; fix or drop that "
+                          f"prompt")  # fmt: skip
+    if not recorder.calls:
+        raise ConfigError(f"the calibration prompts made no {graph} call (sampling runs denoise_logits instead); "
+                          f"calibrate with greedy requests")  # fmt: skip
+    return recorder.calls, recorder.seen
 
 
-def choose_calls(calls: list[dict[str, np.ndarray]], one_shape: bool, keep: int = CALLS_KEPT) -> list[dict]:
+def choose_calls(calls: list[dict[str, Any]], one_shape: bool, keep: int = CALLS_KEPT) -> list[dict[str, Any]]:
     """At most ``keep`` calls spread evenly over the run; with ``one_shape``, only those of the most common shape."""
     if one_shape:
         shapes = collections.Counter(tuple(v.shape for v in c.values()) for c in calls)
         common = shapes.most_common(1)[0][0]
         calls = [c for c in calls if tuple(v.shape for v in c.values()) == common]
-    if len(calls) > keep:
+    if len(calls) > keep > 1:
         calls = [calls[round(i * (len(calls) - 1) / (keep - 1))] for i in range(keep)]
-    return calls
+    return calls[:keep]
 
 
 def weight_matmuls(model: Any, weights: set[str]) -> tuple[list[str], list[str]]:
@@ -179,9 +206,10 @@ def weight_matmuls(model: Any, weights: set[str]) -> tuple[list[str], list[str]]
     return [n.name for n in matmuls if n.input[1] in ours], [n.name for n in matmuls if n.input[1] not in ours]
 
 
-def quantize_graph(src: Path, dst: Path, scheme: str, calls: list[dict[str, np.ndarray]], precision: str,
-                   install: ModeloptInstall, work: Path, log: Callable[[str], None]) -> str:  # fmt: skip
-    """``src`` quantized by ModelOpt into ``dst`` and ``dst.data``; returns ModelOpt's version.
+def quantize_graph(src: Path, dst: Path, scheme: str, calls: list[dict[str, Any]], precision: str,
+                   install: ModeloptInstall, work: Path, log: Callable[[str], None]) -> tuple[str, int]:  # fmt: skip
+    """``src`` quantized by ModelOpt into ``dst`` and ``dst.data``; returns ModelOpt's version and the number of
+    calls it calibrated on.
 
     Raises:
         ConfigError: ModelOpt failed (the message has its last line; its whole log is named).
@@ -200,25 +228,37 @@ def quantize_graph(src: Path, dst: Path, scheme: str, calls: list[dict[str, np.n
     onnx.save(model, str(whole), save_as_external_data=True, location="whole.data")
     del model
     chosen = choose_calls(calls, s.one_shape)
+    import numpy as np
+
     np.savez(work / "calls.npz", **{f"{i}/{k}": v for i, c in enumerate(chosen) for k, v in c.items()})
-    job = {"onnx": str(whole), "output": str(work / "qdq.onnx"), "mode": s.mode, "method": s.method,
+    job = {"onnx": str(whole), "output": str(work / "qdq.onnx"), "result": str(work / "result.json"), "mode": s.mode,
+           "method": s.method,
            "samples": str(work / "calls.npz"), "nodes_to_quantize": quantized, "nodes_to_exclude": left,
            "high_precision_dtype": precision}  # fmt: skip
     (work / "job.json").write_text(json.dumps(job))
     log(f"ModelOpt {s.mode} ({s.method}): {len(quantized)} weight MatMuls, {len(left)} left as exported, "
         f"calibrated on {len(chosen)} of {len(calls)} recorded calls")  # fmt: skip
     log_file = work / "modelopt.log"
-    with log_file.open("w") as f:
-        out = subprocess.run([str(install.python), "-I", str(WORKER), str(work / "job.json")], stdout=subprocess.PIPE,
-                             stderr=f, text=True, timeout=6 * 3600)  # fmt: skip
-    if out.returncode != 0:
-        lines = [line for line in log_file.read_text(errors="replace").splitlines() if line.strip()]
-        raise ConfigError(f"ModelOpt could not quantize {src.name} to {scheme}: {lines[-1] if lines else 'no output'} "
-                          f"(its log: {log_file})")  # fmt: skip
-    version = json.loads(out.stdout.strip().splitlines()[-1])["modelopt"]
+    try:
+        with log_file.open("w") as f:
+            out = subprocess.run([str(install.python), "-I", str(WORKER), str(work / "job.json")], stdout=f,
+                                 stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S)  # fmt: skip
+        failed = None if out.returncode == 0 else f"exit status {out.returncode}"
+    except subprocess.TimeoutExpired:
+        failed = f"no result after {WORKER_TIMEOUT_S} s"
+    result_file = work / "result.json"
+    if failed is None and not result_file.is_file():
+        failed = f"{result_file.name} not written"
+    if failed is not None:
+        kept = Path(tempfile.gettempdir()) / f"seer-quantize-{scheme}-{os.getpid()}.log"  # the staging folder goes
+        shutil.copyfile(log_file, kept)
+        lines = [line for line in kept.read_text(errors="replace").splitlines() if line.strip()]
+        raise ConfigError(f"ModelOpt could not quantize {src.name} to {scheme} ({failed}): "
+                          f"{lines[-1] if lines else 'no output'}; its whole log: {kept}")  # fmt: skip
+    version = json.loads(result_file.read_text())["modelopt"]
     result = onnx.load(str(work / "qdq.onnx"))  # ModelOpt's own file, one link: onnx's loader takes it
     onnx.save(result, str(dst), save_as_external_data=True, location=f"{dst.name}.data")
-    return version
+    return version, len(chosen)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,9 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         install = setup(args.home)
-    except SeerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    except (SeerError, OSError) as err:
+        print(f"{ap.prog}: error: {err}", file=sys.stderr)
+        return 2
     print(install.python)
     return 0
 

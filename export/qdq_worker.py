@@ -4,7 +4,8 @@ In:  ``python qdq_worker.py JOB.json``; JOB names the source graph (its weights 
      output path, the ModelOpt mode (``int8`` | ``fp8`` | ``int4``) and calibration method, the MatMul nodes to
      quantize and to leave, the precision of what stays unquantized, and an ``.npz`` of recorded calls
      (``"<call>/<input name>"``: one array per graph input per call).
-Out: the Q/DQ graph at the output path (external data beside it) and, on stdout's last line, ``{"modelopt": VERSION}``.
+Out: the Q/DQ graph at the output path (external data beside it) and, last, JOB's ``result`` file:
+     ``{"modelopt": VERSION}`` (its absence says the run did not finish).
 
 This file imports nothing of seer-trt: ModelOpt pins onnx and onnxruntime-gpu versions that seer-trt's own
 environment does not hold, so it runs under that environment's Python as a plain script.
@@ -72,7 +73,8 @@ def main(job_path: str) -> int:
         output_path=job["output"],
         log_level="WARNING",
     )
-    print(json.dumps({"modelopt": modelopt.__version__}))
+    with open(job["result"], "w") as f:
+        json.dump({"modelopt": modelopt.__version__}, f)
     return 0
 
 

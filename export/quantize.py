@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import shutil
 import sys
 import tempfile
@@ -50,6 +51,9 @@ SCHEMES = {
 QUANTIZED_GRAPHS = ("denoise", "denoise_logits")  # the loop's graphs; step zero, embed and vision stay as exported
 RUNTIMES = {"int8": "onnxruntime-cpu", "int4": "onnxruntime-cpu"}  # what runs a scheme's ops; trt-*: "tensorrt"
 PRECISIONS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}  # a graph's precision, in ModelOpt's words
+# how calibration prompts are answered: greedy (sampling runs denoise_logits, whose calls are not recorded), the
+# fixed rule, no prompt cache (the window graph sees the whole prompt)
+CALIBRATION_REQUEST = {"temperature": 0.0, "remasking": "low_confidence", "decoding": "fixed", "cache": "none"}
 CHECK_SEED, CALIBRATION_SEED = 7, 11  # held-out sets of the fixture task, apart from each other and seer-eval's
 
 
@@ -66,9 +70,12 @@ class QuantizeOptions:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description="Write a copy of an export whose window graphs (denoise, denoise_logits) "
-                "hold int8 or int4 MatMul weights, quantized by ONNX Runtime's own tools; step zero, embed and "
-                "vision stay as exported, so Seer's cut is unchanged. The copy runs on the ONNX Runtime CPU backend "
-                "with no other change (seer-run, seer-serve, seer-eval --engines DST).")  # fmt: skip
+                "hold quantized MatMul weights: int8 / int4 by ONNX Runtime's own tools, for its CPU provider, or "
+                "trt-int8 / trt-fp8 / trt-int4 Q/DQ graphs by NVIDIA ModelOpt (in its own venv: python -m "
+                "seer_export.qdq setup), for seer-build's TensorRT plans, calibrated on the source's own calls. "
+                "Step zero, embed and vision stay as exported, so Seer's cut is unchanged. The runtime runs every "
+                "copy with no other change (seer-run, seer-serve, seer-eval --engines DST; ONNX Runtime runs the "
+                "Q/DQ graphs by dequantizing).")  # fmt: skip
     ap.add_argument("--engines", type=Path, required=True, help="the export to quantize (seer-export --out)")
     ap.add_argument("--scheme", required=True, choices=sorted(SCHEMES),
                     help="; ".join(f"{k}: {v}" for k, v in SCHEMES.items()))  # fmt: skip
@@ -94,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 def work(args: argparse.Namespace) -> int:
     if args.check < 0:
         raise InputError(f"--check {args.check} must be at least 0")
+    if args.scheme not in qdq.SCHEMES and args.calibration_prompts is not None:
+        raise InputError(f"--calibration-prompts calibrates the trt-* schemes; {args.scheme} quantizes weights only "
+                         f"and takes none: drop it")  # fmt: skip
     if args.calibrate < 1:
         raise InputError(f"--calibrate {args.calibrate} must be at least 1")
     options = QuantizeOptions(args.engines, args.scheme, args.out, args.force, args.check, args.calibrate,
@@ -185,10 +195,10 @@ def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
                 )
             else:
                 with tempfile.TemporaryDirectory(dir=staging) as work:
-                    version = qdq.quantize_graph(src / entry.file, staging / entry.file, options.scheme, calls,
+                    version, used = qdq.quantize_graph(src / entry.file, staging / entry.file, options.scheme, calls,
                                                       PRECISIONS[entry.precision], install, Path(work), stage)  # fmt: skip
                 record.update(runtime="tensorrt", tool=f"nvidia-modelopt {version}",
-                              calibration=calibration)  # fmt: skip
+                              calibration={**calibration, "calls_used": used})  # fmt: skip
             data = f"{entry.file}.data"
             size = (staging / data).stat().st_size
             entries[g] = dataclasses.replace(entry, external_data=data, size_bytes=size, quantization=record)
@@ -237,21 +247,23 @@ def calibration_calls(src: Path, options: QuantizeOptions, prompts: list[str] | 
     pipe = SeerPipeline.from_manifest(src, threads=1)
     try:
         if prompts is not None:
-            requests = [Request(text, decoding="fixed", cache="none") for text in prompts]
-            source = str(options.calibration_prompts)
+            requests = [Request(text, **CALIBRATION_REQUEST) for text in prompts]
+            path = options.calibration_prompts.resolve()
+            source = f"{path} (sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:16]})"
         else:
             try:
                 samples = fixture_samples(pipe, options.calibrate, CALIBRATION_SEED)
             except ConfigError as err:
                 raise ConfigError(f"{err}; calibrate it on its own prompts with --calibration-prompts FILE") from None
-            requests = [Request(s.question, s.image, decoding="fixed", cache="none") for s in samples]
+            requests = [Request(s.question, s.image, **CALIBRATION_REQUEST) for s in samples]
             source = f"fixture held-out seed {CALIBRATION_SEED}"
         stage(f"calibration: answering {len(requests)} prompt(s) ({source}) with the source export")
-        calls = qdq.record_calls(pipe, requests)
+        calls, made = qdq.record_calls(pipe, requests)
     finally:
         pipe.close()
-    stage(f"calibration: {len(calls)} denoise calls recorded")
-    return calls, {"prompts": len(requests), "source": source, "calls": len(calls)}
+    stage(f"calibration: {made} denoise calls made, {len(calls)} recorded")
+    return calls, {"prompts": len(requests), "source": source, "requests": CALIBRATION_REQUEST, "calls_made": made,
+                   "calls_recorded": len(calls)}  # fmt: skip
 
 
 def check(src: Path, dst: Path, n: int, stage: Callable[[str], None]) -> dict[str, Any] | None:

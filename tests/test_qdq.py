@@ -57,7 +57,9 @@ def test_a_qdq_export_quantizes_the_weight_matmuls_only_and_runs(fixture_export,
     before, after = Manifest.read(src), Manifest.read(dst)
     q = after.graph("denoise").quantization
     assert q["scheme"] == scheme and q["runtime"] == "tensorrt" and q["tool"].startswith("nvidia-modelopt ")
-    assert q["calibration"]["prompts"] == 6 and q["calibration"]["calls"] > 6  # every denoise call recorded
+    c = q["calibration"]
+    assert c["prompts"] == 6 and c["calls_made"] == c["calls_recorded"] > 6 and 0 < c["calls_used"] <= qdq.CALLS_KEPT
+    assert c["requests"]["temperature"] == 0.0 and c["source"] == "fixture held-out seed 11"
     assert after.graph("step_zero").to_dict() == before.graph("step_zero").to_dict()  # what Seer reads stays
     source = onnx.load(str(src / before.graph("denoise").file), load_external_data=False).graph
     weights = {t.name for t in source.initializer} - {n for n in {t.name for t in source.initializer}
@@ -65,7 +67,9 @@ def test_a_qdq_export_quantizes_the_weight_matmuls_only_and_runs(fixture_export,
     by_weight = [n.name for n in source.node if n.op_type == "MatMul" and n.input[1] in weights]
     graph = onnx.load(str(dst / after.graph("denoise").file), load_external_data=False).graph
     fed, plain = dequantized_weights(graph)
-    # every checkpoint MatMul (q/k/v/o, the MLP, the LM head) reads a weight stored in the scheme's type ...
+    # every checkpoint MatMul (q/k/v/o, the MLP's three, per layer, and the LM head) reads a weight stored in the
+    # scheme's type ...
+    assert len(by_weight) == 7 * before.model.num_layers + 1
     assert sorted(fed) == sorted(by_weight) and set(fed.values()) == {SCHEMES[scheme]}
     # ... and attention's products and RoPE's rotation stay float, their inputs not quantized
     assert plain and all(graph_input_not_quantized(graph, n) for n in plain)
@@ -95,26 +99,55 @@ def test_seer_build_builds_a_qdq_window_graph(qdq_exports):
     assert plan_file.stat().st_size > 0 and manifest.graph("denoise").quantization["scheme"] == "trt-int8"
 
 
+def fake_install(home, script: str = "exit 0"):
+    """A ModelOpt install whose Python is a shell script: what seer-quantize checks and calls, without 2 GB."""
+    (home / "venv" / "bin").mkdir(parents=True)
+    python = home / "venv" / "bin" / "python"
+    python.write_text(f"#!/bin/sh\n{script}\n")
+    python.chmod(0o755)
+    (home / "installed.txt").write_text("\n".join(qdq.PACKAGES) + "\n")
+    return home
+
+
 @pytest.mark.slow
-def test_without_modelopt_or_calibration_prompts_it_is_one_line(fixture_export, modelopt_install, tmp_path,
-                                                                 monkeypatch):  # fmt: skip
+def test_what_the_trt_schemes_refuse_is_one_line_and_writes_nothing(fixture_export, tmp_path, monkeypatch):
     src = str(fixture_export[0])
-    empty = tmp_path / "empty.txt"
+    work = tmp_path / "work"
+    work.mkdir()
+    empty = work / "empty.txt"
     empty.write_text("\n  \n")
     monkeypatch.setenv(qdq.HOME_ENV, str(tmp_path / "none"))
-    cases = [
-        (["--engines", src, "--scheme", "trt-int8", "--out", str(tmp_path / "a")], "python -m seer_export.qdq setup")
-    ]
-    for argv, words in cases:
-        rc, _, err = quantize(*argv)
-        assert rc == 2 and len(err.strip().splitlines()) == 1 and words in err, err
-    monkeypatch.setenv(qdq.HOME_ENV, str(modelopt_install.home))
-    for argv, words in [(["--calibration-prompts", str(empty)], "holds no prompt"),
-                        (["--calibration-prompts", str(tmp_path / "missing.txt")], "cannot be read"),
-                        (["--calibrate", "0"], "--calibrate 0 must be at least 1")]:  # fmt: skip
-        rc, _, err = quantize("--engines", src, "--scheme", "trt-fp8", "--out", str(tmp_path / "b"), *argv)
+    rc, _, err = quantize("--engines", src, "--scheme", "trt-int8", "--out", str(work / "a"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "python -m seer_export.qdq setup" in err, err
+    stale = fake_install(tmp_path / "stale")
+    (stale / "installed.txt").write_text("nvidia-modelopt[onnx]==0.40.0\n")
+    monkeypatch.setenv(qdq.HOME_ENV, str(stale))
+    rc, _, err = quantize("--engines", src, "--scheme", "trt-int8", "--out", str(work / "a"))
+    assert rc == 2 and "reinstall" in err and "0.40.0" in err, err
+    # ModelOpt failing: one line that quotes its last line and names its whole log, kept outside the staging folder
+    monkeypatch.setenv(qdq.HOME_ENV, str(fake_install(tmp_path / "broken", "echo 'RuntimeError: no luck'; exit 3")))
+    rc, _, err = quantize("--engines", src, "--scheme", "trt-int8", "--out", str(work / "a"), "--calibrate", "2")
+    line = err.strip().splitlines()[-1]
+    assert rc == 2 and "exit status 3" in line and "RuntimeError: no luck" in line, err
+    assert "no luck" in open(line.rsplit("its whole log: ", 1)[1]).read()
+    for argv, words in [(["--scheme", "trt-fp8", "--calibration-prompts", str(empty)], "holds no prompt"),
+                        (["--scheme", "trt-fp8", "--calibration-prompts", str(work / "missing.txt")], "cannot be read"),
+                        (["--scheme", "trt-fp8", "--calibrate", "0"], "--calibrate 0 must be at least 1"),
+                        (["--scheme", "int8", "--calibration-prompts", str(empty)], "calibrates the trt-* schemes")]:  # fmt: skip
+        rc, _, err = quantize("--engines", src, "--out", str(work / "b"), *argv)
         assert rc == 2 and words in err.strip().splitlines()[-1], err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]  # nothing written, nothing half-written
+    assert sorted(p.name for p in work.iterdir()) == ["empty.txt"]  # nothing written, nothing half-written
+
+
+@pytest.mark.slow
+def test_a_real_model_calibrates_on_its_own_prompts(fixture_export, modelopt_install, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("count to 5 .\n\nrepeat red 3 times .\n")
+    rc, _, err = quantize("--engines", str(fixture_export[0]), "--scheme", "trt-int8", "--out", str(tmp_path / "q"),
+                          "--calibration-prompts", str(prompts), "--check", "0")  # fmt: skip
+    assert rc == 0, err
+    c = Manifest.read(tmp_path / "q").graph("denoise").quantization["calibration"]
+    assert c["prompts"] == 2 and c["source"].startswith(str(prompts.resolve())) and c["calls_made"] > 2
 
 
 def test_calibration_calls_are_spread_and_of_one_shape_where_the_calibrator_needs_it():
@@ -123,3 +156,31 @@ def test_calibration_calls_are_spread_and_of_one_shape_where_the_calibrator_need
     spread = qdq.choose_calls([{"i": np.array(i)} for i in range(100)], one_shape=False, keep=5)
     assert [int(c["i"]) for c in spread] == [0, 25, 50, 74, 99]  # the first and last calls, evenly between
     assert len(qdq.choose_calls(calls, one_shape=False)) == len(calls)
+
+
+@pytest.mark.slow
+def test_the_recorded_calls_are_the_prompts_own_not_the_cost_models_timing_calls(fixture_export):
+    from seer_trt.eval.accuracy import fixture_samples
+
+    pipe = SeerPipeline.from_manifest(fixture_export[0], threads=1)
+    try:
+        samples = fixture_samples(pipe, 6, 11)
+        requests = [Request(s.question, s.image, decoding="fixed", cache="none") for s in samples]
+        calls, made = qdq.record_calls(pipe, requests)
+    finally:
+        pipe.close()
+    # several rows share a step, so the cost_model policy times its zero-prompt calls first; none is recorded
+    assert pipe.cost is not None and any(c["gen_ids"].shape[0] > 1 for c in calls)
+    assert made == len(calls) and all(np.any(c["prefix_embeds"]) for c in calls)
+
+
+def test_recording_holds_a_bounded_spread_of_calls():
+    class Backend:
+        def run(self, graph, feeds, outputs=None):
+            return graph
+
+    recorder = qdq.RecordingBackend(Backend(), "denoise", limit=4)
+    for i in range(20):
+        assert recorder.run("embed", {"i": np.array(-1)}) == "embed"  # other graphs pass through, unrecorded
+        assert recorder.run("denoise", {"i": np.array(i)}) == "denoise"
+    assert recorder.seen == 20 and [int(c["i"]) for c in recorder.calls] == [0, 8, 16]  # every 8th, from the first
