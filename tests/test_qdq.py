@@ -29,7 +29,7 @@ def qdq_exports(fixture_export, modelopt_install, tmp_path_factory) -> dict[str,
     for scheme in SCHEMES:
         dst = tmp_path_factory.mktemp(scheme) / "q"
         rc, stdout, stderr = quantize("--engines", str(fixture_export[0]), "--scheme", scheme, "--out", str(dst),
-                                      "--calibrate", "6", "--check", "6")  # fmt: skip
+                                      "--calibrate", "4", "--check", "4")  # fmt: skip
         assert rc == 0, stderr
         assert stdout.strip() == str(dst.resolve()) and "calibration: " in stderr and "check: " in stderr
         out[scheme] = dst
@@ -58,7 +58,7 @@ def test_a_qdq_export_quantizes_the_weight_matmuls_only_and_runs(fixture_export,
     q = after.graph("denoise").quantization
     assert q["scheme"] == scheme and q["runtime"] == "tensorrt" and q["tool"].startswith("nvidia-modelopt ")
     c = q["calibration"]
-    assert c["prompts"] == 6 and c["calls_made"] == c["calls_recorded"] > 6 and 0 < c["calls_used"] <= qdq.CALLS_KEPT
+    assert c["prompts"] == 4 and c["calls_made"] == c["calls_recorded"] > 4 and 0 < c["calls_used"] <= qdq.CALLS_KEPT
     assert c["requests"]["temperature"] == 0.0 and c["source"] == "fixture held-out seed 11"
     assert after.graph("step_zero").to_dict() == before.graph("step_zero").to_dict()  # what Seer reads stays
     source = onnx.load(str(src / before.graph("denoise").file), load_external_data=False).graph
@@ -75,7 +75,7 @@ def test_a_qdq_export_quantizes_the_weight_matmuls_only_and_runs(fixture_export,
     assert plain and all(graph_input_not_quantized(graph, n) for n in plain)
     shrink = 5.0 if scheme == "trt-int4" else 3.0
     assert after.graph("denoise").size_bytes * shrink < before.graph("denoise").size_bytes
-    assert q["check"]["prompts"] == 6 and q["check"]["same_kept"] == 6 and q["check"]["same_answers"] >= 5
+    assert q["check"]["prompts"] == 4 and q["check"]["same_kept"] == 4 and q["check"]["same_answers"] >= 3
     pipe = SeerPipeline.from_manifest(dst, threads=1)  # checksums verified: the record matches the files
     result = pipe.generate([Request("count to 5 .", cache="none")])[0]
     pipe.close()
@@ -169,8 +169,9 @@ def test_the_recorded_calls_are_the_prompts_own_not_the_cost_models_timing_calls
         calls, made = qdq.record_calls(pipe, requests)
     finally:
         pipe.close()
-    # several rows share a step, so the cost_model policy times its zero-prompt calls first; none is recorded
-    assert pipe.cost is not None and any(c["gen_ids"].shape[0] > 1 for c in calls)
+    # the cost_model policy's step costs (timed on zero prompts) are measured before recording: none is recorded,
+    # whether or not the prompts' rows end up sharing a step (which follows those costs)
+    assert pipe.cost is not None
     assert made == len(calls) and all(np.any(c["prefix_embeds"]) for c in calls)
 
 
