@@ -93,3 +93,15 @@ def test_a_native_checkpoint_under_the_wrong_names_is_one_error_naming_them(tmp_
         load_model(folder)
     text = str(err.value)
     assert "9 missing [model.transformer.blocks.2." in text and "LLaDA (native names)" in text
+
+
+def test_the_random_checkpoint_command_writes_either_naming(tmp_path, monkeypatch):
+    from seer_export.models import random_checkpoint
+
+    monkeypatch.setattr(random_checkpoint, "llada_v_layout", lambda layers: tiny_config(vocab=120, layers=layers))
+    for naming, key in (("llada-native", "model.transformer.blocks.0.ff_proj.weight"),
+                        ("llada-v", "model.layers.0.mlp.gate_proj.weight")):  # fmt: skip
+        out = tmp_path / naming
+        assert random_checkpoint.main(["--out", str(out), "--layers", "2", "--naming", naming, "--dtype", "fp32"]) == 0
+        assert key in json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+        assert load_model(out).config.naming == naming

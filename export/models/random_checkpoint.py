@@ -26,7 +26,7 @@ import torch
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import INDEX_FILE
-from seer_export.models.names import to_checkpoint, to_module
+from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
 from seer_trt.cli.common import Parser, add_verbose, run_main
 
@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--layers", type=int, default=8, help="decoder layers (LLaDA-V has 32; default 8)")
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"], help="weights' dtype (default fp16)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    ap.add_argument("--naming", default="llada-v", choices=NAMINGS,
+                    help="parameter names and config keys: llada-v (LLaDA-V's, the default) or llada-native "
+                    "(LLaDA's own OLMo names, as LaViDa-LLaDA and MMaDA store them)")  # fmt: skip
     add_verbose(ap)
     return ap
 
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def work(args: argparse.Namespace) -> int:
-    cfg = llada_v_layout(args.layers)
+    cfg = dataclasses.replace(llada_v_layout(args.layers), naming=args.naming)
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     write_random_checkpoint(args.out, cfg, dtype=dtype, seed=args.seed)
     with torch.device("meta"):
