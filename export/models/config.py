@@ -1,8 +1,11 @@
 """LLaDA-V configuration read from a checkpoint's ``config.json`` (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch").
 
-In:  the ``config.json`` of a LLaDA-V checkpoint (``GSAI-ML/LLaDA-V`` layout) or of the bundled fixture.
-Out: ``LLaDAVConfig``: language-model dims, the SigLIP tower (after LLaDA-V drops its last layer), the
-     projector, and the product's own keys ``seer`` (calibration) and ``generation`` (defaults).
+In:  the ``config.json`` of a LLaDA-V checkpoint (``GSAI-ML/LLaDA-V`` layout) or of the bundled fixture, or one in
+     LLaDA's native (OLMo) keys (``d_model``, ``n_layers``, ...), as LLaDA's own checkpoints and the models built on
+     them without renaming write it.
+Out: ``LLaDAVConfig``: language-model dims, the parameter naming of the weights beside it (``seer_export.models.names``),
+     the SigLIP tower (after LLaDA-V drops its last layer), the projector, and the product's own keys ``seer``
+     (calibration) and ``generation`` (defaults).
 
 The real checkpoint's config names no vision dims (LLaVA-OneVision hard-codes SigLIP so400m-patch14-384);
 a ``vision_config`` object, as the fixture writes, overrides those defaults. Images: ``image_aspect_ratio``
@@ -16,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from seer_export.models.names import NAMINGS, NATIVE_CONFIG_KEYS, NATIVE_REQUIRED
 from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SeerConfig, read_json
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import LLADA_V_PINPOINTS, parse_pinpoints
@@ -87,8 +91,11 @@ class LLaDAVConfig:
     seer: SeerConfig = SeerConfig()
     generation: GenerationConfig = GenerationConfig(decoding=DEFAULT_DECODING)
     system_prompt: str | None = LLADA_V_SYSTEM
+    naming: str = "llada-v"  # the checkpoint's parameter names: "llada-v" (HF) | "llada-native" (OLMo)
 
     def __post_init__(self) -> None:
+        if self.naming not in NAMINGS:
+            raise ConfigError(f"parameter naming {self.naming!r} is not one of {list(NAMINGS)}")
         if self.projector_type != "mlp2x_gelu":
             raise ConfigError(f"mm_projector_type {self.projector_type!r} is not supported; LLaDA-V uses 'mlp2x_gelu'")
         if self.image_aspect_ratio.startswith("anyres_max") and self.anyres_max_tiles is None:
@@ -116,6 +123,9 @@ class LLaDAVConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "config.json") -> LLaDAVConfig:
+        naming = "llada-v"
+        if "d_model" in data and "num_hidden_layers" not in data:  # LLaDA's native config: OLMo's keys
+            data, naming = _from_native(data, where), "llada-native"
         text_names = {f.name for f in dataclasses.fields(TextConfig)}
         missing = sorted(n for n in ("vocab_size", "hidden_size", "num_hidden_layers") if n not in data)
         if missing:
@@ -140,6 +150,7 @@ class LLaDAVConfig:
             if "generation" in data
             else GenerationConfig(decoding=DEFAULT_DECODING),
             system_prompt=data.get("system_prompt", LLADA_V_SYSTEM),
+            naming=naming,
         )
 
     @classmethod
@@ -147,10 +158,16 @@ class LLaDAVConfig:
         return cls.from_dict(read_json(path), str(path))
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``config.json`` form: text dims at the top level as in HF, product keys alongside."""
+        """The ``config.json`` form: text dims at the top level (HF's keys, or OLMo's for the native naming),
+        product keys alongside."""
+        text = dataclasses.asdict(self.text)
+        if self.naming == "llada-native":
+            back = {v: k for k, v in NATIVE_CONFIG_KEYS.items()}
+            text = {back.get(k, k): v for k, v in text.items()}
+            text |= {"embedding_size": self.text.vocab_size, **NATIVE_REQUIRED}
         return {
             "model_type": "llava_llada",
-            **dataclasses.asdict(self.text),
+            **text,
             "mm_hidden_size": self.vision.hidden_size,
             "mm_projector_type": self.projector_type,
             "mm_patch_merge_type": self.patch_merge_type,
@@ -165,3 +182,22 @@ class LLaDAVConfig:
             "seer": self.seer.to_dict(),
             "generation": self.generation.to_dict(),
         }
+
+
+def _from_native(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """A native (OLMo-keyed) config as LLaDA-V's keys; options the one language model does not implement refused.
+
+    Raises:
+        ConfigError: a native option with another value than LLaDA's (biases, tied weights, another block).
+    """
+    other = {k: data[k] for k, v in NATIVE_REQUIRED.items() if k in data and data[k] != v}
+    if other:
+        raise ConfigError(f"{where}: {other} is not LLaDA's language model, which has {dict(NATIVE_REQUIRED)} "
+                          f"for these keys; only LLaDA-architecture checkpoints load")  # fmt: skip
+    out = {k: v for k, v in data.items() if k not in NATIVE_CONFIG_KEYS}
+    out |= {NATIVE_CONFIG_KEYS[k]: v for k, v in data.items() if k in NATIVE_CONFIG_KEYS}
+    out.setdefault("num_key_value_heads", out.get("num_attention_heads"))
+    # the embedding rows are embedding_size when set (a vocabulary padded or grown, as MMaDA's), else vocab_size
+    if data.get("embedding_size"):
+        out["vocab_size"] = data["embedding_size"]
+    return out

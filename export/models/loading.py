@@ -3,7 +3,8 @@
 In:  a checkpoint folder in Hugging Face layout (``config.json`` plus ``model.safetensors``, or shards
      ``model-0000x-of-0000y.safetensors`` with ``model.safetensors.index.json``), given directly or found in
      the local Hugging Face cache, offline: nothing here touches the network.
-Out: ``LLaDAV`` with every parameter loaded under a strict check of names and shapes.
+Out: ``LLaDAV`` with every parameter loaded under a strict check of names and shapes; the names are LLaDA-V's or
+     LLaDA's native ones, as the checkpoint's ``config.json`` says (``seer_export.models.names``).
 
 Memory stays near one copy of the weights, which an 8B export on a 24 GB machine needs: the module is built
 on the ``meta`` device (no storage), every name and shape is checked against the safetensors headers before a
@@ -24,6 +25,7 @@ import torch
 
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
+from seer_export.models.names import to_checkpoint, to_module
 from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 SINGLE_FILE = "model.safetensors"
@@ -258,15 +260,16 @@ def load_state(folder: str | Path) -> CheckpointTensors:
     return CheckpointTensors(folder=folder, files=files, shapes=shapes, dtypes=dtypes)
 
 
-def check_state(model: torch.nn.Module, ckpt: CheckpointTensors) -> None:
+def check_state(model: torch.nn.Module, ckpt: CheckpointTensors, naming: str = "llada-v") -> None:
     """Strict check of a checkpoint against a model's ``state_dict``: names and shapes, all at once.
 
-    Works on a ``meta`` model: only shapes are compared.
+    Works on a ``meta`` model: only shapes are compared. Names are compared, and reported, as the checkpoint
+    spells them under ``naming`` (``seer_export.models.names``).
 
     Raises:
         CheckpointError: one message naming every missing, unexpected and mis-shaped tensor, with counts.
     """
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    expected = {to_checkpoint(name, naming): tuple(t.shape) for name, t in model.state_dict().items()}
     missing = sorted(set(expected) - set(ckpt.shapes))
     unexpected = sorted(set(ckpt.shapes) - set(expected))
     misshaped = sorted(
@@ -284,7 +287,8 @@ def check_state(model: torch.nn.Module, ckpt: CheckpointTensors) -> None:
     raise CheckpointError(
         f"checkpoint {ckpt.folder} does not match the model its config.json describes: {'; '.join(parts)}; "
         f"expected {len(expected)} tensors, found {len(ckpt.shapes)}. Check that config.json belongs to these "
-        f"weights (layer counts, hidden sizes, vocab_size) and that the folder holds a LLaDA-V checkpoint"
+        f"weights (layer counts, hidden sizes, vocab_size) and that the folder holds a "
+        f"{'LLaDA-V' if naming == 'llada-v' else 'LLaDA (native names)'} checkpoint"
     )
 
 
@@ -318,8 +322,9 @@ def load_model(folder: str | Path, dtype: torch.dtype = torch.float32, device: s
     # A non-persistent buffer is not in the checkpoint and would stay on meta; compute it in forward instead.
     assert not non_persistent, f"non-persistent buffers cannot be loaded from a checkpoint: {sorted(non_persistent)}"
     ckpt = load_state(folder)
-    check_state(model, ckpt)
-    state = dict(ckpt.read(dtype=dtype, device=device))  # the only copy: assign=True hands these to the model
+    check_state(model, ckpt, cfg.naming)
+    # the only copy: assign=True hands these to the model, under the modules' names
+    state = {to_module(name, cfg.naming): t for name, t in ckpt.read(dtype=dtype, device=device)}
     model.load_state_dict(state, strict=True, assign=True)
     del state
     on_meta = [n for n, t in model.state_dict().items() if t.is_meta]

@@ -1,6 +1,7 @@
 """A checkpoint folder of random weights in LLaDA-V's layout: for export tests and the 8B-path memory check.
 
-In:  an ``LLaDAVConfig`` (e.g. LLaDA-V's own dims with fewer layers), a dtype, a seed.
+In:  an ``LLaDAVConfig`` (e.g. LLaDA-V's own dims with fewer layers; its ``naming`` picks LLaDA-V's or LLaDA's
+     native parameter names and config keys), a dtype, a seed.
 Out: a Hugging Face style folder: ``config.json``, ``model-0000i-of-0000n.safetensors`` shards with
      ``model.safetensors.index.json``, and the fixture's tokenizer files (its special ids fit any vocab >= 103).
 
@@ -25,6 +26,7 @@ import torch
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import INDEX_FILE
+from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
 from seer_trt.cli.common import Parser, add_verbose, run_main
 
@@ -56,8 +58,8 @@ def write_random_checkpoint(
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    with torch.device("meta"):
-        shapes = {name: tuple(t.shape) for name, t in LLaDAV(cfg).state_dict().items()}
+    with torch.device("meta"):  # stored under the checkpoint's names: LLaDA-V's, or LLaDA's native (cfg.naming)
+        shapes = {to_checkpoint(n, cfg.naming): tuple(t.shape) for n, t in LLaDAV(cfg).state_dict().items()}
     gen = torch.Generator().manual_seed(seed)
     groups: list[list[str]] = [[]]
     size = 0
@@ -74,7 +76,7 @@ def write_random_checkpoint(
         tensors = {}
         for name in names:
             shape = shapes[name]
-            if "norm" in name and len(shape) == 1:
+            if "norm" in to_module(name, cfg.naming) and len(shape) == 1:  # ones, under either naming
                 tensors[name] = torch.ones(shape, dtype=dtype)
             else:
                 fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
@@ -105,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--layers", type=int, default=8, help="decoder layers (LLaDA-V has 32; default 8)")
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"], help="weights' dtype (default fp16)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    ap.add_argument("--naming", default="llada-v", choices=NAMINGS,
+                    help="parameter names and config keys: llada-v (LLaDA-V's, the default) or llada-native "
+                    "(LLaDA's own OLMo names, as LaViDa-LLaDA and MMaDA store them)")  # fmt: skip
     add_verbose(ap)
     return ap
 
@@ -114,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def work(args: argparse.Namespace) -> int:
-    cfg = llada_v_layout(args.layers)
+    cfg = dataclasses.replace(llada_v_layout(args.layers), naming=args.naming)
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     write_random_checkpoint(args.out, cfg, dtype=dtype, seed=args.seed)
     with torch.device("meta"):
