@@ -3,7 +3,8 @@ commands (into a cache folder, never the working tree; configuring runs tools/or
 L* and steps as ``SeerPipeline`` on 40 held-out fixture prompts (text and image), batch 1 and batched under every
 dispatch policy, for every signal and detector a manifest can name, with and without Seer and early stopping;
 every decoding rule (fixed, threshold, factor; a request's or the manifest's), and a 2.1 export's confidence; anyres
-images (a random export: the merge of tile features, crops and bilinear shrinking); seer-prompt-ids ->
+images (a random export: the merge of tile features, crops and bilinear shrinking) and LaViDa-LLaDA's pooled ones;
+seer-prompt-ids ->
 seer_run equal to seer-run; bad inputs an error, never a crash; four threads on one pipeline.
 
 Both runtimes load the same ONNX Runtime library (the installed wheel's), so the graphs compute the same bits."""
@@ -745,6 +746,41 @@ def test_anyres_images_equal_python(lib, anyres_export, tmp_path):
         assert_same(python, cpp.generate(cpp_requests))
         no_grid = {k: v for k, v in cpp_requests[0].items() if k != "image_grid"}
         assert "image_grid" in cpp.generate([no_grid])[0]["error"]
+    py.close()
+
+
+@pytest.fixture(scope="module")
+def lavida_export(tmp_path_factory) -> Path:
+    """A random LaViDa-LLaDA (tests/tiny_models.py): native names, tiles pooled 7 -> 4 inside the vision graph, plain
+    anyres over LaViDa's five pinpoints; exported without validation (test_lavida.py checks its parity)."""
+    import torch
+    from tiny_models import tiny_lavida_config
+
+    from seer_export.cli import main as export_main
+    from seer_export.models.random_checkpoint import write_random_checkpoint
+
+    root = tmp_path_factory.mktemp("lavida")
+    write_random_checkpoint(root / "checkpoint", tiny_lavida_config(vocab=83), dtype=torch.float32, gain=3.0)
+    assert export_main(["--model", "lavida-llada", "--checkpoint", str(root / "checkpoint"), "--out",
+                        str(root / "engines"), "--no-validate"]) == 0  # fmt: skip
+    return root / "engines"
+
+
+def test_lavida_images_and_seer_equal_python(lib, lavida_export, tmp_path):
+    """LaViDa's pooled features merged at side 4, every grid of its pinpoints, crops either way; LaViDa's own loop
+    (no stop) and Seer."""
+    rng = np.random.default_rng(2)
+    sizes = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (28, 28), (40, 120)]
+    images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
+    conv = CppRequests(lavida_export)
+    prompt = "count the shapes one by one ."
+    cpp_requests = [conv.convert({"prompt": prompt, "image": im}, tmp_path / f"{i}.npy") for i, im in enumerate(images)]
+    assert len({tuple(r["image_grid"]) for r in cpp_requests}) == 5  # every pinpoint's grid
+    py = SeerPipeline.from_manifest(lavida_export)
+    with CppPipeline(lib, lavida_export, ort_library=ort_library()) as cpp:
+        for seer in (False, True):
+            python = py.generate([Request(prompt, im, seer=seer) for im in images])
+            assert_same(python, cpp.generate([{**r, "seer": seer} for r in cpp_requests]))
     py.close()
 
 

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from seer_export.models.families import FAMILIES, get_family, infer_family
 from seer_export.models.names import NAMINGS, NATIVE_CONFIG_KEYS, NATIVE_REQUIRED
 from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SeerConfig, read_json
 from seer_trt.contracts.errors import ConfigError
@@ -92,10 +93,12 @@ class LLaDAVConfig:
     generation: GenerationConfig = GenerationConfig(decoding=DEFAULT_DECODING)
     system_prompt: str | None = LLADA_V_SYSTEM
     naming: str = "llada-v"  # the checkpoint's parameter names: "llada-v" (HF) | "llada-native" (OLMo)
+    family: str = "llada-v"  # seer_export.models.families: "llada-v" | "lavida-llada"
 
     def __post_init__(self) -> None:
         if self.naming not in NAMINGS:
             raise ConfigError(f"parameter naming {self.naming!r} is not one of {list(NAMINGS)}")
+        get_family(self.family)  # raises ConfigError when unknown
         if self.projector_type != "mlp2x_gelu":
             raise ConfigError(f"mm_projector_type {self.projector_type!r} is not supported; LLaDA-V uses 'mlp2x_gelu'")
         if self.image_aspect_ratio.startswith("anyres_max") and self.anyres_max_tiles is None:
@@ -116,6 +119,21 @@ class LLaDAVConfig:
         return parse_pinpoints(self.image_grid_pinpoints, self.vision.image_size)
 
     @property
+    def image_pool_stride(self) -> int:
+        """1: tile features as projected; s: each tile's patch map bilinearly pooled to ceil(side / s) a side."""
+        return FAMILIES[self.family].image_pool_stride
+
+    @property
+    def feature_side(self) -> int:
+        """Features per side of one tile's map as the language model sees it: 27, or 14 after LaViDa's pool."""
+        return -(-(self.vision.image_size // self.vision.patch_size) // self.image_pool_stride)
+
+    @property
+    def features_per_tile(self) -> int:
+        """Features one tile contributes (before newlines): 729 for LLaDA-V, 196 for LaViDa at 384 px."""
+        return self.feature_side**2
+
+    @property
     def anyres_max_tiles(self) -> int | None:
         """N of ``anyres_max_N``: the grid's patch map is downsampled past about N tiles' worth; else None."""
         found = re.fullmatch(r"anyres_max_(\d+)", self.image_aspect_ratio)
@@ -124,7 +142,9 @@ class LLaDAVConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "config.json") -> LLaDAVConfig:
         naming = "llada-v"
-        if "d_model" in data and "num_hidden_layers" not in data:  # LLaDA's native config: OLMo's keys
+        native = "d_model" in data and "num_hidden_layers" not in data  # LLaDA's native config: OLMo's keys
+        family = get_family(infer_family(data, native))
+        if native:
             data, naming = _from_native(data, where), "llada-native"
         text_names = {f.name for f in dataclasses.fields(TextConfig)}
         missing = sorted(n for n in ("vocab_size", "hidden_size", "num_hidden_layers") if n not in data)
@@ -143,14 +163,15 @@ class LLaDAVConfig:
             vision=vision,
             projector_type=data.get("mm_projector_type", "mlp2x_gelu"),
             patch_merge_type=data.get("mm_patch_merge_type", "spatial_unpad"),
-            image_aspect_ratio=data.get("image_aspect_ratio", "anyres_max_4"),
-            image_grid_pinpoints=data.get("image_grid_pinpoints") or LLADA_V_PINPOINTS,
+            image_aspect_ratio=data.get("image_aspect_ratio", family.image_aspect_ratio),
+            image_grid_pinpoints=data.get("image_grid_pinpoints") or family.image_grid_pinpoints,
             seer=SeerConfig.from_dict(data["seer"]) if "seer" in data else SeerConfig(),
             generation=GenerationConfig.from_dict({"decoding": DEFAULT_DECODING, **data["generation"]})
             if "generation" in data
-            else GenerationConfig(decoding=DEFAULT_DECODING),
+            else family.generation,
             system_prompt=data.get("system_prompt", LLADA_V_SYSTEM),
             naming=naming,
+            family=family.name,
         )
 
     @classmethod
@@ -167,6 +188,7 @@ class LLaDAVConfig:
             text |= {"embedding_size": self.text.vocab_size, **NATIVE_REQUIRED}
         return {
             "model_type": "llava_llada",
+            "family": self.family,
             **text,
             "mm_hidden_size": self.vision.hidden_size,
             "mm_projector_type": self.projector_type,

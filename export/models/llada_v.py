@@ -56,8 +56,19 @@ class LLaDAV(nn.Module):
         self.lm_head = nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
 
     def tile_features(self, pixels: torch.Tensor) -> torch.Tensor:
-        """[N, 3, S, S] pixel tiles -> projected patch features [N, T, D]."""
-        return self.model.mm_projector(self.model.vision_tower(pixels))
+        """[N, 3, S, S] pixel tiles -> projected patch features [N, T, D]; T = ``config.features_per_tile``.
+
+        A family that pools (LaViDa: stride 2) shrinks each tile's projected side x side map bilinearly to
+        ceil(side / stride) a side, after the projector, as LaViDa's ``get_2dPool`` does on every image tile.
+        """
+        feats = self.model.mm_projector(self.model.vision_tower(pixels))
+        if self.config.image_pool_stride == 1:
+            return feats
+        n, t, dim = feats.shape
+        side, out = round(t**0.5), self.config.feature_side
+        grid = feats.view(n, side, side, dim).permute(0, 3, 1, 2)  # [N, D, side, side]
+        grid = F.interpolate(grid, size=(out, out), mode="bilinear", align_corners=False)
+        return grid.permute(0, 2, 3, 1).reshape(n, out * out, dim)
 
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """[N, 3, S, S] single-tile images -> [N, T (+1), D]; ``image_newline`` appended under "unpad" merging."""
@@ -68,7 +79,7 @@ class LLaDAV(nn.Module):
         return feats
 
     def merge_anyres(self, features: torch.Tensor, image: AnyresImage) -> torch.Tensor:
-        """[1 + cols*rows, T, D] tile features of one anyres image -> its [M, D] prompt features.
+        """[1 + cols*rows, T, D] tile features of one anyres image (``tile_features``) -> its [M, D] prompt features.
 
         ``spatial_unpad`` merging: the grid tiles' side x side patch maps are laid out as the tiles were cut
         (row-major) into one [rows*side, cols*side] map, cropped to the image's aspect ratio and, under
@@ -82,7 +93,7 @@ class LLaDAV(nn.Module):
                 f"'spatial_unpad'; this model has {cfg.image_aspect_ratio!r} / {cfg.patch_merge_type!r}: "
                 f"pass single tiles (seer_trt.runtime.image.pixel_tiles) instead"
             )
-        side = cfg.vision.image_size // cfg.vision.patch_size
+        side = cfg.feature_side
         cols, rows = image.grid
         if tuple(features.shape[:2]) != (1 + cols * rows, side * side):
             raise InputError(

@@ -1,7 +1,7 @@
 """A checkpoint folder of random weights in LLaDA-V's layout: for export tests and the 8B-path memory check.
 
-In:  an ``LLaDAVConfig`` (e.g. LLaDA-V's own dims with fewer layers; its ``naming`` picks LLaDA-V's or LLaDA's
-     native parameter names and config keys), a dtype, a seed.
+In:  an ``LLaDAVConfig`` (e.g. LLaDA-V's or LaViDa-LLaDA's own dims with fewer layers, ``model_layout``; its
+     ``naming`` picks LLaDA-V's or LLaDA's native parameter names and config keys), a dtype, a seed.
 Out: a Hugging Face style folder: ``config.json``, ``model-0000i-of-0000n.safetensors`` shards with
      ``model.safetensors.index.json``, and the fixture's tokenizer files (its special ids fit any vocab >= 103).
 
@@ -9,6 +9,7 @@ Tensors are drawn one at a time and written shard by shard, so memory stays near
 ones, everything else N(0, (gain / sqrt(fan_in))^2), which keeps activations O(1) at any width.
 
     python -m seer_export.models.random_checkpoint --out /tmp/llada-v-8l --layers 8   # LLaDA-V dims, 8 layers, fp16
+    python -m seer_export.models.random_checkpoint --model lavida-llada --out /tmp/lavida-4l --layers 4
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from pathlib import Path
 import torch
 
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+from seer_export.models.families import FAMILIES
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import INDEX_FILE
 from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
 from seer_trt.cli.common import Parser, add_verbose, run_main
+from seer_trt.contracts.errors import ConfigError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -98,18 +101,32 @@ def llada_v_layout(layers: int) -> LLaDAVConfig:
     return LLaDAVConfig(text=TextConfig(num_hidden_layers=layers), vision=VisionConfig())
 
 
+def model_layout(model: str, layers: int) -> LLaDAVConfig:
+    """A family's full-size layout with ``layers`` decoder layers: LLaDA-8B's language model and SigLIP so400m
+    under ``model``'s names, config keys, image settings and loop (``seer_export.models.families``)."""
+    if model == "llada-v":
+        return llada_v_layout(layers)
+    family = FAMILIES[model]
+    return dataclasses.replace(llada_v_layout(layers), naming="llada-native", family=model,
+                               image_aspect_ratio=family.image_aspect_ratio,
+                               image_grid_pinpoints=family.image_grid_pinpoints, generation=family.generation)  # fmt: skip
+
+
 PROG = "python -m seer_export.models.random_checkpoint"
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
-    ap.add_argument("--layers", type=int, default=8, help="decoder layers (LLaDA-V has 32; default 8)")
+    ap.add_argument("--model", default="llada-v", choices=list(FAMILIES),
+                    help="whose layout, parameter names and config keys: llada-v (default) or lavida-llada "
+                    "(LLaDA's native names, SigLIP, pooled tiles, LaViDa's pinpoints)")  # fmt: skip
+    ap.add_argument("--layers", type=int, default=8, help="decoder layers (the 8B models have 32; default 8)")
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "fp32"], help="weights' dtype (default fp16)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
-    ap.add_argument("--naming", default="llada-v", choices=NAMINGS,
-                    help="parameter names and config keys: llada-v (LLaDA-V's, the default) or llada-native "
-                    "(LLaDA's own OLMo names, as LaViDa-LLaDA and MMaDA store them)")  # fmt: skip
+    ap.add_argument("--naming", default=None, choices=NAMINGS,
+                    help="parameter names and config keys (default: the model's own): llada-v (LLaDA-V's) or "
+                    "llada-native (LLaDA's own OLMo names, as LaViDa-LLaDA and MMaDA store them)")  # fmt: skip
     add_verbose(ap)
     return ap
 
@@ -119,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def work(args: argparse.Namespace) -> int:
-    cfg = dataclasses.replace(llada_v_layout(args.layers), naming=args.naming)
+    if args.layers < 1:
+        raise ConfigError(f"--layers {args.layers}: expected at least 1 decoder layer")
+    cfg = model_layout(args.model, args.layers)
+    if args.naming is not None:
+        cfg = dataclasses.replace(cfg, naming=args.naming)
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     write_random_checkpoint(args.out, cfg, dtype=dtype, seed=args.seed)
     with torch.device("meta"):
         params = sum(p.numel() for p in LLaDAV(cfg).parameters())
-    print(f"wrote {args.out}: {params / 1e9:.2f}B parameters, {dataclasses.asdict(cfg.text)}")
+    print(f"wrote {args.out}: {cfg.family}, {params / 1e9:.2f}B parameters, {dataclasses.asdict(cfg.text)}")
     return 0
 
 

@@ -5,8 +5,9 @@ Out: the checkpoint folder (``resolve``) or the loaded ``LLaDAV`` with it (``loa
 
 A bundled model ships inside the package (the ``tiny-llada-v`` fixture, and ``tiny-llada-v-hard``, trained on the
 harder ``hard`` task family so that its confidences spread as a real model's do); a downloaded one is found in a folder
-the user names or in the local Hugging Face cache, offline. Later adapters (LaViDa, MMaDA, LLaDA-8B) add
-entries here, not code paths.
+the user names or in the local Hugging Face cache, offline. Each entry names its model family
+(``seer_export.models.families``): a checkpoint whose config.json is of another family is refused, so a LaViDa
+checkpoint is never run as LLaDA-V. Later adapters (MMaDA, LLaDA-8B) add entries here, not code paths.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from types import MappingProxyType
 
 import torch
 
+from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import SINGLE_FILE, load_model, resolve_checkpoint
 from seer_trt.contracts.errors import CheckpointError, ConfigError
@@ -31,6 +33,7 @@ class ModelEntry:
     repo_id: str | None  # Hugging Face id looked up in the local cache (offline); None for bundled models
     bundled: Path | None  # checkpoint folder shipped inside the package; None for downloaded models
     description: str  # one line for --help and listings
+    family: str = "llada-v"  # seer_export.models.families
 
     def __post_init__(self) -> None:
         if (self.repo_id is None) == (self.bundled is None):
@@ -53,6 +56,13 @@ MODELS = MappingProxyType(
             ModelEntry(
                 "llada-v", "GSAI-ML/LLaDA-V", None, "LLaDA-V 8B; --checkpoint DIR or the local Hugging Face cache"
             ),
+            ModelEntry(
+                "lavida-llada",
+                "jacklishufan/lavida-llada-v1.0-instruct",
+                None,
+                "LaViDa-LLaDA 8B (LLaDA's native names, SigLIP, pooled tiles); --checkpoint DIR or the HF cache",
+                family="lavida-llada",
+            ),
         )
     }
 )
@@ -67,6 +77,19 @@ def get_entry(name: str) -> ModelEntry:
     if name not in MODELS:
         raise ConfigError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
     return MODELS[name]
+
+
+def check_family(name: str, cfg: LLaDAVConfig, where: Path) -> None:
+    """Refuse a checkpoint of another family than model ``name``'s.
+
+    Raises:
+        ConfigError: the families differ; the message names the --model that fits.
+    """
+    want = get_entry(name).family
+    if cfg.family != want:
+        fits = [e.name for e in MODELS.values() if e.family == cfg.family and e.repo_id is not None]
+        raise ConfigError(f"{where} holds a {cfg.family} checkpoint, not a {want} one (--model {name}); pass "
+                          f"--model {fits[0] if fits else cfg.family}")  # fmt: skip
 
 
 def resolve(name: str, checkpoint: str | Path | None = None) -> Path:
@@ -117,4 +140,6 @@ def load(
         CheckpointError: no checkpoint found, or its tensors do not match the model.
     """
     folder = resolve(name, checkpoint)
-    return load_model(folder, dtype=dtype, device=device), folder
+    model = load_model(folder, dtype=dtype, device=device)
+    check_family(name, model.config, folder / "config.json")
+    return model, folder

@@ -25,6 +25,7 @@ import torch
 
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import CheckpointTensors
+from seer_export.models.names import to_checkpoint
 from seer_export.onnx.modules import PROBE_INITIALIZER, _Graph, build
 from seer_export.onnx.options import ExportError
 from seer_export.onnx.shared_weights import SharedWeights
@@ -111,10 +112,12 @@ def _read_weight(tensors: CheckpointTensors, key: str, dtype: torch.dtype, trans
     return ir.Tensor(tensor.numpy(), name=key)
 
 
-def attach_weights(graph, tensors: CheckpointTensors, prefix: str, extra: dict[str, np.ndarray] | None = None) -> None:
+def attach_weights(graph, tensors: CheckpointTensors, prefix: str, extra: dict[str, np.ndarray] | None = None,
+                   naming: str = "llada-v") -> None:  # fmt: skip
     """Point every initializer at its checkpoint tensor, read only when stored (``onnx_ir.LazyTensor``, named by
     its checkpoint key, ``KEY.T`` when transposed: ``seer_export.onnx.shared_weights`` stores each name once).
-    ``extra``: initializers that are no checkpoint tensor (the probe's weights), by name.
+    ``extra``: initializers that are no checkpoint tensor (the probe's weights), by name. ``naming``: the
+    checkpoint's parameter names (``seer_export.models.names``); the graph's carry the modules' names.
 
     The exporter writes ``x @ W.T`` as ``MatMul(x, Transpose(W))``; the optimizer would fold that Transpose by
     reading and copying every weight into memory. A weight whose only use is that Transpose is replaced here by
@@ -127,9 +130,9 @@ def attach_weights(graph, tensors: CheckpointTensors, prefix: str, extra: dict[s
         if name in extra:
             value.const_value = ir.Tensor(extra[name], name=name)
             continue
-        key = name.removeprefix(prefix)
+        key = to_checkpoint(name.removeprefix(prefix), naming)
         if key not in tensors:  # an initializer the exporter renamed after a graph output (image_newline)
-            key = value.metadata_props.get(ORIGINAL_NAME, name).removeprefix(prefix)
+            key = to_checkpoint(value.metadata_props.get(ORIGINAL_NAME, name).removeprefix(prefix), naming)
         if key not in tensors:
             raise ExportError(f"the traced graph holds {name!r}, which the checkpoint lacks; this is a seer-export bug")
         dtype = TORCH_DTYPES[value.dtype.numpy().name]
@@ -272,7 +275,7 @@ def export_graph(
             optimize=False,
             verbose=verbose,
         )
-        attach_weights(program.model.graph, source.tensors, module.PREFIX, extra)
+        attach_weights(program.model.graph, source.tensors, module.PREFIX, extra, source.config.naming)
         program.optimize()
         detach_constant_outputs(program.model.graph)  # after optimize, which removes Identity nodes
     if program.model.opset_imports.get("") != opset:

@@ -77,19 +77,20 @@ def vision_info(v: LLaDAVConfig) -> VisionInfo:
     return VisionInfo(
         image_size=v.vision.image_size,
         patch_size=v.vision.patch_size,
-        tokens_per_tile=v.vision.tokens_per_tile,
+        tokens_per_tile=v.features_per_tile,  # after the family's pool: the runtime reads the side from it
         image_aspect_ratio=v.image_aspect_ratio,
         patch_merge_type=v.patch_merge_type,
         grid_pinpoints=tuple(v.grid_pinpoints),
         anyres_max_tiles=v.anyres_max_tiles,
         newline="unpad" if "unpad" in v.patch_merge_type else "none",
+        pool_stride=v.image_pool_stride,
     )
 
 
 def default_buckets(cfg: LLaDAVConfig) -> LengthBuckets:
     """Answer buckets over the generation window; prompt buckets over one image's features plus text."""
-    side = cfg.vision.image_size // cfg.vision.patch_size
-    per_tile = cfg.vision.tokens_per_tile + side  # a tile's features plus at most one newline per patch row
+    side = cfg.feature_side
+    per_tile = cfg.features_per_tile + side  # a tile's features plus at most one newline per feature row
     if cfg.image_aspect_ratio == "pad":
         tiles = 1
     else:  # the base tile plus the grid (anyres_max_N shrinks the grid to about N tiles)
@@ -112,6 +113,7 @@ def model_info(name: str, cfg: LLaDAVConfig, folder: Path | None = None) -> Mode
         num_heads=t.num_attention_heads,
         vocab_size=t.vocab_size,
         task_family=family,
+        family=cfg.family,
     )
 
 

@@ -11,7 +11,7 @@ import torch
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import CheckpointTensors, check_state, load_state
-from seer_export.models.registry import get_entry, resolve
+from seer_export.models.registry import check_family, get_entry, resolve
 from seer_trt.contracts.config import SpecialTokens
 from seer_trt.contracts.errors import CheckpointError
 
@@ -46,10 +46,11 @@ def open_source(model: str, checkpoint: Path | None) -> Source:
             f"the graphs: copy those files from the model's Hugging Face repo into {folder}"
         )
     cfg = LLaDAVConfig.from_file(folder / "config.json")
+    check_family(model, cfg, folder / "config.json")
     special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
     tensors = load_state(folder)
     with torch.device("meta"):
-        check_state(LLaDAV(cfg), tensors)  # names and shapes, all at once
+        check_state(LLaDAV(cfg), tensors, cfg.naming)  # names and shapes, all at once
     if max(special.to_dict().values()) >= cfg.text.vocab_size:
         raise CheckpointError(
             f"tokenizer ids {special.to_dict()} reach past vocab_size {cfg.text.vocab_size} of {folder / 'config.json'}"
@@ -67,5 +68,5 @@ def model_dims(cfg: LLaDAVConfig) -> dict[str, int]:
         "kv_heads": cfg.text.num_key_value_heads,
         "head_dim": cfg.text.head_dim,
         "image_size": cfg.vision.image_size,
-        "tile_tokens": cfg.vision.tokens_per_tile,
+        "tile_tokens": cfg.features_per_tile,
     }

@@ -22,7 +22,7 @@ from seer_export.models.llada_v import LLaDAV, left_pad_prompts
 from seer_trt.contracts.config import GenerationConfig, SpecialTokens
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.eval.tasks import DEFAULT_FAMILY, FAMILY_KEY, Sample, task_family, vocabulary
-from seer_trt.runtime.image import pixel_tiles
+from seer_trt.runtime.image import anyres_tiles, pixel_tiles
 from seer_trt.runtime.prompt import ChatFormat, ChatTokenizer
 
 # LLaDA-V's chat template (tokenizer_config.json of GSAI-ML/LLaDA-V), verbatim.
@@ -136,12 +136,18 @@ class TaskEncoder:
         return self.tokenizer.encode(" ".join(sample.answer), add_special_tokens=False).ids + [self.special.eot_id]
 
     def prefix(self, model: LLaDAV, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded prompt embeddings [B, P, D] and validity [B, P]."""
+        """Left-padded prompt embeddings [B, P, D] and validity [B, P]; images tiled as the config says (one tile, or
+        the anyres grid of ``image_grid_pinpoints``)."""
         size = self.cfg.vision.image_size
         prompts = []
         for s in samples:
-            pixels = None if s.image is None else torch.from_numpy(pixel_tiles(s.image, size))
-            prompts.append(model.embed_prompt(self.prompt_ids(s), pixels))
+            if s.image is None:
+                images = None
+            elif self.cfg.image_aspect_ratio.startswith("anyres"):
+                images = [anyres_tiles(s.image, size, self.cfg.grid_pinpoints)]
+            else:
+                images = torch.from_numpy(pixel_tiles(s.image, size))
+            prompts.append(model.embed_prompt(self.prompt_ids(s), images))
         return left_pad_prompts(prompts)
 
     def decode(self, ids: np.ndarray) -> list[str]:

@@ -19,6 +19,9 @@ exports are refused. 2.1: the window graphs (``denoise``, ``denoise_logits``) ta
 (``seer_trt.contracts.graphs.cache_specs``); a 2.0 export runs with cache "none" only. 2.2: the window graphs
 return ``log_confidence`` (the log-probability of ``x0``, fp32 headroom near 1) instead of ``confidence``, and the
 generation defaults gained ``decoding`` and the model its fixture's ``task_family``; a 2.1 export's confidence is read as its log, its decoding as "fixed".
+2.3: the model records its ``family`` ("llada-v", "lavida-llada") and the vision front end its ``encoder`` and
+``pool_stride`` (LaViDa pools each tile's features inside the ``vision`` graph; ``tokens_per_tile`` counts them after
+the pool); absent from older manifests, read as LLaDA-V's.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from seer_trt.contracts.errors import ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec, TensorSpec
 from seer_trt.contracts.profiles import LengthBuckets, Profile
 
-SCHEMA_VERSION = "2.2"
+SCHEMA_VERSION = "2.3"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
 WEIGHTS_INDEX = "weights.json"  # name -> where in the shared weights file, one line per tensor
@@ -68,6 +71,7 @@ class ModelInfo:
     num_heads: int
     vocab_size: int  # V
     task_family: str | None = None  # a fixture's synthetic task family (seer_trt.eval.tasks); None: the default's
+    family: str = "llada-v"  # the model family (seer_export.models.families): "llada-v" | "lavida-llada"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,12 +80,14 @@ class VisionInfo:
 
     image_size: int  # S: tiles are S x S px
     patch_size: int  # px per patch side
-    tokens_per_tile: int  # T = (S / patch)^2 features per tile
+    tokens_per_tile: int  # T features per tile from the vision graph: (S / patch)^2, or fewer after a pool
     image_aspect_ratio: str  # "pad": one tile per image; "anyres" / "anyres_max_N": LLaVA-OneVision tiling
     patch_merge_type: str  # "spatial_unpad" (LLaDA-V) or "flat"
     grid_pinpoints: tuple[tuple[int, int], ...]  # anyres candidate (width, height) px resolutions
     anyres_max_tiles: int | None  # N of anyres_max_N, None otherwise
     newline: str  # "unpad": image_newline after a single tile's features and after each anyres map row; "none"
+    encoder: str = "siglip"  # the tower inside the vision graph (SigLIP / SigLIP2: one architecture)
+    pool_stride: int = 1  # 1: no pool; s: each tile's map bilinearly pooled to ceil(side / s) a side, in the graph
     pixel_mean: float = 0.5  # pixels: (x / 255 - mean) / std per channel
     pixel_std: float = 0.5
     max_image_pixels: int = 50_000_000  # an image with more (width x height, from its header) is refused undecoded

@@ -1,0 +1,200 @@
+"""LaViDa-LLaDA (docs/DESIGN.md "Model families"): a random checkpoint under LaViDa's official names and config keys
+loads strictly and only as ``--model lavida-llada``; every tile's projected map is pooled bilinearly (27 -> 14 at full
+size; 7 -> 4 here) before the anyres merge; the export passes parity and records the family; the runtime's tokens
+equal the PyTorch reference on 40 prompts with images of many shapes, under LaViDa's own loop, early stop and Seer."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tiny_models import tiny_lavida_config
+
+from seer_export.models import registry
+from seer_export.models.loading import INDEX_FILE, load_model
+from seer_export.models.random_checkpoint import write_random_checkpoint
+from seer_trt.contracts.errors import CheckpointError, ConfigError
+from seer_trt.eval.tasks import make_samples
+from seer_trt.runtime.image import anyres_tiles
+
+SIZES = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (28, 28), (40, 120)]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("lavida") / "ckpt"
+    return write_random_checkpoint(folder, tiny_lavida_config(), dtype=torch.float32, seed=5, gain=4.0,
+                                   shard_bytes=40_000)  # fmt: skip
+
+
+def test_checkpoint_is_stored_under_lavidas_names_and_loads_only_as_lavida(checkpoint, tmp_path):
+    names = set(json.loads((checkpoint / INDEX_FILE).read_text())["weight_map"])
+    text = {n for n in names if not n.startswith(("model.vision_tower.", "model.mm_projector.", "model.image_newline"))}
+    assert text and all(n.startswith("model.transformer.") for n in text), sorted(text - {"model.transformer."})[:4]
+    assert {"model.transformer.wte.weight", "model.transformer.ff_out.weight", "model.transformer.ln_f.weight",
+            "model.transformer.blocks.2.ff_proj.weight", "model.mm_projector.2.weight", "model.image_newline",
+            "model.vision_tower.vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight"} <= names  # fmt: skip
+    data = json.loads((checkpoint / "config.json").read_text())
+    assert {"d_model", "n_layers", "mlp_hidden_size", "mm_hidden_size"} <= set(data) and "hidden_size" not in data
+
+    model, _ = registry.load("lavida-llada", checkpoint)
+    assert (model.config.family, model.config.naming, model.config.feature_side) == ("lavida-llada", "llada-native", 4)
+    # a real LaViDa config.json has no "family": its native keys beside a vision tower's say it
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in checkpoint.iterdir():
+        (bare / f.name).symlink_to(f)
+    (bare / "config.json").unlink()
+    (bare / "config.json").write_text(json.dumps({k: v for k, v in data.items() if k != "family"}))
+    assert load_model(bare).config == model.config
+
+    with pytest.raises(ConfigError, match="holds a lavida-llada checkpoint.*--model lavida-llada"):
+        registry.load("llada-v", checkpoint)
+    with pytest.raises(ConfigError, match="holds a llada-v checkpoint.*--model llada-v"):
+        registry.load("lavida-llada", registry.FIXTURE_DIR)
+    text_only = {k: v for k, v in data.items() if k not in ("family", "mm_hidden_size")}
+    (bare / "config.json").unlink()
+    (bare / "config.json").write_text(json.dumps(text_only))
+    with pytest.raises(ConfigError, match="native keys .* without a vision tower"):
+        load_model(bare)
+
+
+def test_a_missing_tensor_is_named_as_the_checkpoint_names_it(checkpoint, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in checkpoint.iterdir():
+        if not f.name.endswith(".safetensors"):
+            (broken / f.name).write_bytes(f.read_bytes())
+    index = json.loads((checkpoint / INDEX_FILE).read_text())
+    gone = "model.transformer.blocks.1.up_proj.weight"
+    for shard in sorted({v for v in index["weight_map"].values()}):
+        tensors = {k: v for k, v in load_file(checkpoint / shard).items() if k != gone}
+        save_file(tensors, str(broken / shard), metadata={"format": "pt"})
+    del index["weight_map"][gone]
+    (broken / INDEX_FILE).write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=gone.replace(".", r"\.")):
+        registry.load("lavida-llada", broken)
+
+
+def bilinear(grid: np.ndarray, out: int) -> np.ndarray:
+    """[C, H, W] -> [C, out, out]: half-pixel centres, edges clamped (PyTorch's bilinear, align_corners=False)."""
+
+    def weights(size: int) -> np.ndarray:
+        w = np.zeros((out, size))
+        for i in range(out):
+            src = max((i + 0.5) * size / out - 0.5, 0.0)
+            lo = min(int(math.floor(src)), size - 1)
+            hi, frac = min(lo + 1, size - 1), src - lo
+            w[i, lo] += 1 - frac
+            w[i, hi] += frac
+        return w
+
+    rows, cols = weights(grid.shape[1]), weights(grid.shape[2])
+    return np.einsum("ih,chw,jw->cij", rows, grid, cols)
+
+
+def test_every_tile_is_pooled_bilinearly_after_the_projector(checkpoint):
+    model = load_model(checkpoint)
+    pixels = torch.randn(3, 3, 28, 28, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        projected = model.model.mm_projector(model.model.vision_tower(pixels)).numpy()  # [3, 49, D]
+        pooled = model.tile_features(pixels).numpy()
+    assert projected.shape[1] == 49 and pooled.shape == (3, 16, 32)
+    for tile in range(3):
+        want = bilinear(projected[tile].T.reshape(32, 7, 7), 4).reshape(32, 16).T
+        np.testing.assert_allclose(pooled[tile], want, rtol=1e-5, atol=1e-6)
+
+
+def test_anyres_images_merge_at_the_pooled_side(checkpoint):
+    """Plain anyres: the base tile's 16 features, then the grid's pooled map cropped to the image, each row ending
+    with image_newline (no shrinking: LaViDa's configuration names no anyres_max)."""
+    model = load_model(checkpoint)
+    rng = np.random.default_rng(1)
+    for h, w in SIZES:
+        image = anyres_tiles(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), 28, model.config.grid_pinpoints)
+        layout = image.feature_layout(4, None)
+        cols, rows = image.grid
+        top, bottom, left, right = layout.crop
+        assert layout.size == (bottom - top, right - left) and layout.size[0] <= rows * 4 and layout.size[1] <= cols * 4
+        with torch.no_grad():
+            emb = model.embed_prompt([1, -200, 2], [image])
+        assert emb.shape[0] == 2 + 16 + layout.size[0] * (layout.size[1] + 1) == 2 + layout.tokens, (h, w)
+
+
+# --- the export and the runtime -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def export(checkpoint, tmp_path_factory):
+    from seer_export.onnx.options import ExportOptions
+    from seer_export.onnx.run import run_export
+
+    out = tmp_path_factory.mktemp("lavida-export") / "engines"
+    options = ExportOptions(model="lavida-llada", checkpoint=checkpoint, out=out, samples=4)
+    return out, run_export(options, log=lambda line: None)
+
+
+def samples_with_images(n: int = 40):
+    """Held-out questions; those with a picture get one of SIZES (grids 1 x 2 to 3 x 1, crops either way)."""
+    rng = np.random.default_rng(7)
+    out = []
+    for i, s in enumerate(make_samples(13, n, 7, 4)):
+        if s.image is not None:
+            h, w = SIZES[i % len(SIZES)]
+            s = type(s)(s.task, s.question, s.answer, rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        out.append(s)
+    return out
+
+
+@pytest.mark.slow
+def test_export_passes_parity_and_records_the_family(export):
+    out, manifest = export
+    assert manifest.parity.status == "passed", manifest.parity.note
+    assert manifest.model.name == "lavida-llada" and manifest.model.family == "lavida-llada"
+    v = manifest.vision
+    assert (v.tokens_per_tile, v.pool_stride, v.image_aspect_ratio, v.anyres_max_tiles) == (16, 2, "anyres", None)
+    assert v.grid_pinpoints == ((28, 56), (56, 28), (56, 56), (84, 28), (28, 84))
+    vision = manifest.graph("vision").spec.outputs[0]
+    assert vision.shape[1] == 16  # the pool is inside the graph
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["lavida_loop", "early_stop", "seer"])
+def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
+    from seer_export.reference.fixture import TaskEncoder
+    from seer_export.reference.sampler import generate
+    from seer_export.reference.seer import seer_generate
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request
+
+    out, manifest = export
+    samples = samples_with_images()
+    assert sum(s.image is not None for s in samples) >= 10
+    model = load_model(checkpoint)
+    enc = TaskEncoder(checkpoint, model.config)
+    gen = manifest.generation
+    assert (gen.steps, gen.block_length) == (gen.gen_length, gen.gen_length)  # LaViDa's loop at N <= 128
+    with torch.no_grad():
+        prefix, valid = enc.prefix(model, samples)
+        if mode == "seer":
+            ref = seer_generate(model, prefix, valid, gen, enc.special, manifest.seer)[0]
+        else:
+            ref = generate(model, prefix, valid, gen, enc.special, early_stop=mode == "early_stop")
+    pipe = SeerPipeline.from_manifest(out)
+    results = pipe.generate([Request(s.question, s.image, seer=mode == "seer", early_stop=mode == "early_stop",
+                                     cache="none") for s in samples])  # fmt: skip
+    pipe.close()
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    assert [r.kept for r in results] == ref.kept.tolist()
+    assert [r.steps for r in results] == ref.steps.tolist()
+    assert [list(r.window) for r in results] == [row[:k].tolist() for row, k in zip(ref.tokens, ref.kept, strict=True)]
+    if mode == "lavida_loop":
+        assert set(ref.steps.tolist()) == {gen.gen_length}  # no stop: every position, one a step
+    if mode == "seer":
+        assert min(ref.kept) < gen.gen_length  # Seer cut some windows
