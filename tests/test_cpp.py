@@ -768,7 +768,7 @@ def lavida_export(tmp_path_factory) -> Path:
 
 def test_lavida_images_and_seer_equal_python(lib, lavida_export, tmp_path):
     """LaViDa's pooled features merged at side 4, every grid of its pinpoints, crops either way; LaViDa's own loop
-    (no stop) and Seer."""
+    (no stop; blocks of min(128, N), also for a request's gen_length) and Seer."""
     rng = np.random.default_rng(2)
     sizes = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (28, 28), (40, 120)]
     images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
@@ -778,9 +778,12 @@ def test_lavida_images_and_seer_equal_python(lib, lavida_export, tmp_path):
     assert len({tuple(r["image_grid"]) for r in cpp_requests}) == 5  # every pinpoint's grid
     py = SeerPipeline.from_manifest(lavida_export)
     with CppPipeline(lib, lavida_export, ort_library=ort_library()) as cpp:
-        for seer in (False, True):
-            python = py.generate([Request(prompt, im, seer=seer) for im in images])
-            assert_same(python, cpp.generate([{**r, "seer": seer} for r in cpp_requests]))
+        for seer in (False, True):  # blocks of min(128, N): one block at 16
+            python = py.generate([Request(prompt, im, seer=seer, gen_length=16) for im in images])
+            assert_same(python, cpp.generate([{**r, "seer": seer, "gen_length": 16} for r in cpp_requests]))
+        python = py.generate([Request(prompt, images[0], seer=False)])  # the default: 256 steps in 2 blocks of 128
+        assert python[0].steps == 256
+        assert_same(python, cpp.generate([{**cpp_requests[0], "seer": False}]))
     py.close()
 
 

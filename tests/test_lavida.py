@@ -1,7 +1,8 @@
 """LaViDa-LLaDA (docs/DESIGN.md "Model families"): a random checkpoint under LaViDa's official names and config keys
 loads strictly and only as ``--model lavida-llada``; every tile's projected map is pooled bilinearly (27 -> 14 at full
 size; 7 -> 4 here) before the anyres merge; the export passes parity and records the family; the runtime's tokens
-equal the PyTorch reference on 40 prompts with images of many shapes, under LaViDa's own loop, early stop and Seer."""
+equal the PyTorch reference on 40 prompts with images of many shapes, under LaViDa's own loop (nothing suppressed),
+early stop and Seer."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from tiny_models import tiny_lavida_config
 
 from seer_export.models import registry
+from seer_export.models.families import FAMILIES
 from seer_export.models.loading import INDEX_FILE, load_model
 from seer_export.models.random_checkpoint import write_random_checkpoint
 from seer_trt.contracts.errors import CheckpointError, ConfigError
@@ -178,17 +180,24 @@ def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
     assert sum(s.image is not None for s in samples) >= 10
     model = load_model(checkpoint)
     enc = TaskEncoder(checkpoint, model.config)
-    gen = manifest.generation
-    assert (gen.steps, gen.block_length) == (gen.gen_length, gen.gen_length)  # LaViDa's loop at N <= 128
+    pipe = SeerPipeline.from_manifest(out)
+    default = manifest.generation  # LaViDa's loop: one token a step in blocks of min(128, N)
+    assert (default.gen_length, default.steps, default.block_length) == (256, 256, 128)
+    gen = pipe.settings(gen_length=16)
+    assert (gen.steps, gen.block_length) == (16, 16)
+    if mode == "lavida_loop":  # LaViDa's own: the fixed rule, one token a step (seer-trt's default is factor:1)
+        gen = pipe.settings(gen_length=16, decoding="fixed")
+        assert gen == FAMILIES["lavida-llada"].own_loop(16)
+    long = pipe.settings(gen_length=256)
+    assert (pipe.settings(gen_length=64).block_length, long.steps, long.block_length) == (64, 256, 128)
     with torch.no_grad():
         prefix, valid = enc.prefix(model, samples)
         if mode == "seer":
             ref = seer_generate(model, prefix, valid, gen, enc.special, manifest.seer)[0]
         else:
             ref = generate(model, prefix, valid, gen, enc.special, early_stop=mode == "early_stop")
-    pipe = SeerPipeline.from_manifest(out)
-    results = pipe.generate([Request(s.question, s.image, seer=mode == "seer", early_stop=mode == "early_stop",
-                                     cache="none") for s in samples])  # fmt: skip
+    results = pipe.generate([Request(s.question, s.image, gen_length=16, seer=mode == "seer", decoding=gen.decoding,
+                                     early_stop=mode == "early_stop", cache="none") for s in samples])  # fmt: skip
     pipe.close()
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
     assert [r.kept for r in results] == ref.kept.tolist()
@@ -198,3 +207,25 @@ def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
         assert set(ref.steps.tolist()) == {gen.gen_length}  # no stop: every position, one a step
     if mode == "seer":
         assert min(ref.kept) < gen.gen_length  # Seer cut some windows
+
+
+def test_lavidas_loop_suppresses_no_special_id(checkpoint):
+    """LLaDA-V's generate_with_embeds bans <|endoftext|>, <|startoftext|> and the header ids at masked positions;
+    LaViDa's generate.py bans nothing: its graphs and the reference sampler leave those logits alone."""
+    from seer_export.onnx.modules import build, greedy
+    from seer_export.reference.sampler import suppress_special
+    from seer_trt.contracts.config import SpecialTokens
+
+    model = load_model(checkpoint)
+    special = SpecialTokens.from_tokenizer(checkpoint / "tokenizer.json")
+    assert build("denoise", model, special, model.config.seer).suppressed == ()
+    fixture = load_model(registry.FIXTURE_DIR)
+    assert build("denoise", fixture, special, fixture.config.seer).suppressed == special.suppressed_ids
+    logits = torch.zeros(1, 2, 103)
+    logits[..., special.endoftext_id] = 5.0  # the most likely id, at a masked and an unmasked position
+    gen_ids = torch.tensor([[special.mask_id, 7]])
+    lavida, llada_v = greedy(logits, gen_ids, special, ()), greedy(logits, gen_ids, special)
+    assert lavida[0].tolist() == [[special.endoftext_id] * 2]
+    assert llada_v[0].tolist()[0][0] != special.endoftext_id and llada_v[0].tolist()[0][1] == special.endoftext_id
+    torch.testing.assert_close(lavida[2], llada_v[2])  # p_end reads the unsuppressed softmax either way
+    assert torch.equal(suppress_special(logits, gen_ids == special.mask_id, special, ()), logits)

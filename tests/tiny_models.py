@@ -31,10 +31,9 @@ def tiny_config(vocab: int = 64, layers: int = 2) -> LLaDAVConfig:
 
 def tiny_lavida_config(vocab: int = 103, layers: int = 3) -> LLaDAVConfig:
     """LaViDa-LLaDA in small: LLaDA's native names, 28 px tiles of 7 x 7 patches pooled to 4 x 4 (odd sides round up,
-    as 27 -> 14 does), plain anyres over LaViDa's five pinpoints scaled from 384 px tiles to 28 px, its 16-position
-    loop (steps = positions, one block), the MLP rule at layer 1."""
-    from seer_export.models.families import LAVIDA_PINPOINTS
-    from seer_trt.contracts.config import GenerationConfig
+    as 27 -> 14 does), plain anyres over LaViDa's five pinpoints scaled from 384 px tiles to 28 px, its loop's defaults
+    (256 positions, 256 steps, blocks of 128), the MLP rule at layer 1."""
+    from seer_export.models.families import FAMILIES, LAVIDA_PINPOINTS
 
     return LLaDAVConfig(
         text=TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
@@ -44,7 +43,7 @@ def tiny_lavida_config(vocab: int = 103, layers: int = 3) -> LLaDAVConfig:
         image_aspect_ratio="anyres",
         image_grid_pinpoints=tuple((w * 28 // 384, h * 28 // 384) for w, h in LAVIDA_PINPOINTS),
         seer=SeerConfig(statistic="gate_negative", probe_layer=1, tau_jump=0.1, label="test"),
-        generation=GenerationConfig(gen_length=16, steps=16, block_length=16),
+        generation=FAMILIES["lavida-llada"].generation,
         system_prompt=None,
         naming="llada-native",
         family="lavida-llada",

@@ -80,10 +80,12 @@ GenerationConfig Pipeline::Impl::generation(const Request& r) const {
       throw input_error(err.what());
     }
   }
-  if (r.gen_length) {  // a new window keeps the default's shape: one block, one step per token
-    const int64_t n = *r.gen_length;
+  if (r.gen_length) {  // a new window keeps the default's shape: one block (or blocks of at most the default's,
+    const int64_t n = *r.gen_length;  // LaViDa's min(128, N)), the default's steps per token
     gen.gen_length = n;
-    gen.block_length = r.block_length ? *r.block_length : base.block_length == base.gen_length ? n : base.block_length;
+    gen.block_length = r.block_length                          ? *r.block_length
+                       : base.block_length == base.gen_length ? n
+                                                               : std::min(base.block_length, n);
     gen.steps = r.steps ? *r.steps : std::max<int64_t>(1, n * base.steps / base.gen_length);
   } else {
     if (r.steps) gen.steps = *r.steps;

@@ -1,4 +1,4 @@
-"""``seer-bench --workload llada-v-shaped``: the prompt K/V cache at LLaDA-V's token counts (docs/DESIGN.md "Measuring", "Prompt K/V cache").
+"""``seer-bench --workload llada-v-shaped | lavida-shaped``: the prompt K/V cache at LLaDA-V's or LaViDa-LLaDA's token counts (docs/DESIGN.md "Measuring", "Prompt K/V cache").
 
 In:  an export folder of a random-weight LLaDA-V of the fixture's width (``--engines``; written there first, from a
      ``seer_export.models.random_checkpoint``, when the folder holds no export), ``Settings``, the cache's refresh interval.
@@ -20,6 +20,10 @@ stands in for L*:
     seer+forecast     the same with the ResilPhase forecast cache (order 1)
     oracle+cache      the window cut at L*, no step zero, the pipeline's default cache policy
 
+``lavida-shaped`` is the same language model at LaViDa-LLaDA's counts (every 384-px tile pooled to 14 x 14: a
+768 x 768 image is 196 + 28 x 29 = 1008 features, a 384 x 768 one 196 + 28 x 15 = 616) with LaViDa's own loop as the
+baseline: one token a step in blocks of min(128, N), no stop.
+
 Every mode runs the same requests; modes are interleaved in rounds (order rotated, after an untimed warm-up); a
 ratio is the ratio of medians over rounds with its per-round spread (``seer_export.bench.rounds.ratio``). The padded
 baseline takes N full steps at every shape; it runs end to end in ``baseline_cells`` and is estimated elsewhere as
@@ -39,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from seer_export.bench.rounds import machine, ratio, rotated
+from seer_export.models.families import FAMILIES
 from seer_trt.contracts.config import GenerationConfig, SeerConfig
 from seer_trt.contracts.errors import ConfigError, SeerError
 from seer_trt.contracts.manifest import MANIFEST_FILE
@@ -59,6 +64,34 @@ LLADA_V = {"layers": 32, "kv_hidden": 4096, "prompt": 3700, "itemsize": 2}
 
 
 @dataclasses.dataclass(frozen=True)
+class Shape:
+    """A model's token counts, its own loop (the baseline's blocks and steps) and its dims for the cache's size."""
+
+    name: str  # the --workload value
+    model: str  # who runs at these counts
+    family: str  # seer_export.models.families: whose own loop is the baseline
+    image_tokens: tuple[int, ...]
+    generation: GenerationConfig  # the random export's defaults: a request of gen_length N gets the family's loop
+    dims: dict[str, int]
+
+
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("llada-v-shaped", "LLaDA-V", "llada-v", (729, 2916), GenerationConfig(), LLADA_V),
+        Shape(
+            "lavida-shaped",
+            "LaViDa-LLaDA",
+            "lavida-llada",
+            (1008, 616),
+            FAMILIES["lavida-llada"].generation,
+            {**LLADA_V, "prompt": 1050},
+        ),  # fmt: skip
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     image_tokens: tuple[int, ...] = (729, 2916)  # one 384-px tile, four tiles
     text_tokens: int = 40  # about: the question and the chat template
@@ -71,18 +104,29 @@ class Settings:
     baseline_cells: tuple[tuple[int, int], ...] = ((729, 128),)  # (image tokens, N) whose baseline runs end to end
     refresh: int = DEFAULT_CACHE.refresh  # R of seer+reuse and seer+forecast
     threads: int = 1  # ONNX Runtime intra-op threads
+    workload: str = "llada-v-shaped"  # SHAPES
 
     @classmethod
-    def quick(cls, threads: int = 1, refresh: int = DEFAULT_CACHE.refresh) -> Settings:
-        """The headline cell only (729 image tokens, N = 128), three requests, three rounds."""
-        return cls(image_tokens=(729,), gen_lengths=(128,), answers=(2, 6, 12), rounds=3, step_rounds=3,
-                   refresh=refresh, threads=threads)  # fmt: skip
+    def quick(
+        cls, threads: int = 1, refresh: int = DEFAULT_CACHE.refresh, workload: str = "llada-v-shaped"
+    ) -> Settings:
+        """The headline cell only (the shape's first image count, N = 128), three requests, three rounds."""
+        first = SHAPES[workload].image_tokens[0]
+        return cls(image_tokens=(first,), gen_lengths=(128,), answers=(2, 6, 12), rounds=3, step_rounds=3,
+                   refresh=refresh, threads=threads, baseline_cells=((first, 128),), workload=workload)  # fmt: skip
+
+    @classmethod
+    def full(cls, threads: int = 1, refresh: int = DEFAULT_CACHE.refresh, workload: str = "llada-v-shaped") -> Settings:
+        counts = SHAPES[workload].image_tokens
+        return cls(image_tokens=counts, baseline_cells=((counts[0], 128),), refresh=refresh, threads=threads,
+                   workload=workload)  # fmt: skip
 
 
-def random_config(vision_tokens: int = 2916):
+def random_config(vision_tokens: int = 2916, generation: GenerationConfig | None = None):
     """The benchmark's model: the fixture's width (hidden 128, 8 layers, 4 heads, MLP 384) with random weights,
-    LLaDA-V's RoPE base, the Seer statistic at layer 0 (an early exit of 1/8 of a step, as layer 3 of 32), and a
-    vision tile of ``vision_tokens`` patches so the prompt buckets reach 4096 (vision is not benchmarked)."""
+    LLaDA-V's RoPE base, the Seer statistic at layer 0 (an early exit of 1/8 of a step, as layer 3 of 32), a vision
+    tile of ``vision_tokens`` patches so the prompt buckets reach 4096 (vision is not benchmarked), and
+    ``generation`` as its defaults (LLaDA-V's 128 / 128 / 128 when None)."""
     from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 
     side = int(round(vision_tokens**0.5))
@@ -93,7 +137,7 @@ def random_config(vision_tokens: int = 2916):
                             image_size=2 * side, patch_size=2),
         image_aspect_ratio="pad",
         seer=SeerConfig(probe_layer=0, label="random weights: step-zero cost only"),
-        generation=GenerationConfig(),
+        generation=generation or GenerationConfig(),
         system_prompt=None,
     )  # fmt: skip
 
@@ -258,9 +302,8 @@ def end_to_end(pipe: SeerPipeline, settings: Settings, image: int, n: int, progr
             "rounds_s": secs}  # fmt: skip
 
 
-def memory() -> dict[str, Any]:
-    """The cache's bytes per request at LLaDA-V's dims, per policy (snapshots kept)."""
-    d = LLADA_V
+def memory(d: dict[str, int] = LLADA_V) -> dict[str, Any]:
+    """The cache's bytes per request at the 8B model's dims ``d``, per policy (snapshots kept)."""
     one = cache_bytes(d["layers"], d["kv_hidden"], d["prompt"], d["itemsize"])
     return {"dims": dict(d), "reuse_bytes": one, "forecast_order1_bytes": 2 * one, "forecast_order2_bytes": 3 * one}
 
@@ -271,8 +314,16 @@ def bench_cache(engines: Path, settings: Settings, progress: Progress = lambda s
     if settings.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {settings.threads}")
     started = time.time()
-    ensure_export(engines, progress)
+    shape = SHAPES[settings.workload]
+    ensure_export(engines, progress, random_config(generation=shape.generation))
     pipe = SeerPipeline.from_manifest(engines, threads=settings.threads)
+    for n in settings.gen_lengths:  # the baseline a request of gen_length n gets must be the family's own loop
+        got, want = pipe.settings(gen_length=n), FAMILIES[shape.family].own_loop(n)
+        if (got.steps, got.block_length) != (want.steps, want.block_length):
+            pipe.close()
+            raise ConfigError(f"--engines {engines}: its defaults give gen_length {n} {got.steps} steps in blocks of "
+                              f"{got.block_length}, not {shape.model}'s loop ({want.steps} in blocks of "
+                              f"{want.block_length}); pass a new --engines folder for --workload {shape.name}")  # fmt: skip
     largest = pipe.buckets.prompt[-1]
     if max(settings.image_tokens) + 2 * settings.text_tokens > largest:
         raise ConfigError(f"prompts of {max(settings.image_tokens)} image tokens exceed this export's largest prompt "
@@ -294,7 +345,9 @@ def bench_cache(engines: Path, settings: Settings, progress: Progress = lambda s
         "default_cache": DEFAULT_CACHE.to_dict(),
         "settings": dataclasses.asdict(settings),
         "machine": info,
-        "memory": memory(),
+        "workload": shape.name,
+        "baseline_loop": {n: dataclasses.asdict(FAMILIES[shape.family].own_loop(n)) for n in settings.gen_lengths},
+        "memory": memory(shape.dims),
         "step_times": steps,
         "end_to_end": cells,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
@@ -346,7 +399,7 @@ def tables(report: dict[str, Any]) -> str:
                          f"{r['mean_refreshes']:.1f} | {fmt(r['over_seer'])} |")  # fmt: skip
     m = report["memory"]
     gib = 2**30
-    lines += ["", f"## The cache's bytes per request at LLaDA-V's dims ({m['dims']['layers']} layers, K/V width "
+    lines += ["", f"## The cache's bytes per request at the 8B model's dims ({m['dims']['layers']} layers, K/V width "
               f"{m['dims']['kv_hidden']}, prompt {m['dims']['prompt']}, fp16)", "",
               f"reuse (one snapshot): {m['reuse_bytes'] / gib:.2f} GiB; forecast order 1 (two): "
               f"{m['forecast_order1_bytes'] / gib:.2f} GiB; order 2 (three): {m['forecast_order2_bytes'] / gib:.2f} GiB",
@@ -357,11 +410,11 @@ def tables(report: dict[str, Any]) -> str:
 
 
 def run(args: Any, command: str, progress: Callable[[str], None]) -> int:
-    """``seer-bench --workload llada-v-shaped`` (parsed by ``seer_export.bench.cli``)."""
+    """``seer-bench --workload llada-v-shaped | lavida-shaped`` (parsed by ``seer_export.bench.cli``)."""
     from seer_trt.eval.report import write_json
 
-    settings = (Settings.quick(args.threads, args.refresh_interval) if args.quick
-                else Settings(threads=args.threads, refresh=args.refresh_interval))  # fmt: skip
+    make = Settings.quick if args.quick else Settings.full
+    settings = make(args.threads, args.refresh_interval, args.workload)
     report = bench_cache(args.engines, settings, progress, command)
     print(tables(report))
     if args.json:

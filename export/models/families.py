@@ -13,7 +13,7 @@ PyTorch", "Model families"):
     lavida-llada  jacklishufan/lavida-llada-v1.0-instruct: LLaDA's native names, SigLIP (v1, the same code and
                   names), every tile's projected 27 x 27 map bilinearly pooled to 14 x 14 (LaViDa's ``get_2dPool``,
                   always on), plain anyres over five pinpoints; its loop (``llada/generate.py`` as its lmms-eval
-                  wrapper calls it): one token per step, blocks of min(128, N), no stop
+                  wrapper calls it): one token per step, blocks of min(128, N), no stop, no special id suppressed
 
 A real LaViDa config.json has no ``family`` key; its native keys (``d_model``, ...) beside a vision tower's
 (``mm_hidden_size``) are LaViDa's signature, as LLaDA-V's config uses Hugging Face's keys.
@@ -25,7 +25,7 @@ import dataclasses
 from types import MappingProxyType
 from typing import Any
 
-from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig
+from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SpecialTokens
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import LLADA_V_PINPOINTS
 
@@ -39,18 +39,19 @@ class Family:
     image_pool_stride: int  # 1: tile features as projected; s: [side, side] -> [ceil(side / s)]^2, bilinear
     image_aspect_ratio: str  # default when config.json names none
     image_grid_pinpoints: str | tuple[tuple[int, int], ...]
-    generation: GenerationConfig  # the family's own loop, when config.json has no "generation"
+    generation: GenerationConfig  # the export's defaults when config.json has no "generation"
+    # LLaDA-V's generate_with_embeds sets the logits of <|endoftext|>, <|startoftext|> and the header ids to -inf at
+    # masked positions; LaViDa's generate.py suppresses nothing
+    suppress_special: bool = True
 
     def own_loop(self, gen_length: int) -> GenerationConfig:
-        """The family's official loop over ``gen_length`` positions (the baseline its users run)."""
-        if self.name == "lavida-llada":  # steps = max_new_tokens, block_length = min(128, max_new_tokens)
-            block = min(128, gen_length)
-            if gen_length % block:
-                raise ConfigError(f"LaViDa's loop needs a gen_length that is a multiple of 128 or at most 128; "
-                                  f"got {gen_length}")  # fmt: skip
-            return GenerationConfig(gen_length=gen_length, steps=gen_length, block_length=block,
-                                    decoding=DEFAULT_DECODING)  # fmt: skip
-        return dataclasses.replace(self.generation, gen_length=gen_length, steps=gen_length, block_length=gen_length)
+        """The family's official loop over ``gen_length`` positions (the baseline its users run): one token a step
+        by confidence (the fixed rule), in one block (LLaDA-V) or blocks of min(128, N) (LaViDa)."""
+        block = min(128, gen_length) if self.name == "lavida-llada" else gen_length
+        if gen_length % block:
+            raise ConfigError(f"LaViDa's loop needs a gen_length that is a multiple of 128 or at most 128; "
+                              f"got {gen_length}")  # fmt: skip
+        return GenerationConfig(gen_length=gen_length, steps=gen_length, block_length=block, decoding="fixed")
 
 
 FAMILIES = MappingProxyType(
@@ -65,10 +66,16 @@ FAMILIES = MappingProxyType(
                 LAVIDA_PINPOINTS,
                 # lmms-eval's LaViDa wrapper: max_new_tokens 256 unless the task sets it, steps = max_new_tokens
                 GenerationConfig(gen_length=256, steps=256, block_length=128, decoding=DEFAULT_DECODING),
+                suppress_special=False,
             ),
         )
     }
 )
+
+
+def suppressed_ids(family: str, special: SpecialTokens) -> tuple[int, ...]:
+    """The ids whose logits are -inf at masked positions in ``family``'s loop (none for LaViDa)."""
+    return special.suppressed_ids if FAMILIES[family].suppress_special else ()
 
 
 def get_family(name: str) -> Family:

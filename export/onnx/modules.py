@@ -18,21 +18,27 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from seer_export.models.families import suppressed_ids
 from seer_export.models.llada_v import LLaDAV
 from seer_export.reference.seer import capture_mlp, mlp_statistic, normalise, probe_score
 from seer_trt.contracts.config import SeerConfig, SpecialTokens
 from seer_trt.contracts.graphs import GRAPHS
 
 
-def suppress_masked(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) -> torch.Tensor:
+def suppress_masked(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
+                    ids: tuple[int, ...] | None = None) -> torch.Tensor:  # fmt: skip
     """-inf for the suppressed special ids at masked positions: the graph form of ``sampler.suppress_special``.
 
-    The suppressed set is a comparison against scalar ids (no index tensor), so no tensor constant is lifted
-    into the graph and the module exports from the ``meta`` device.
+    ``ids``: the suppressed set (``seer_export.models.families.suppressed_ids``; default LLaDA-V's, empty for
+    LaViDa). It is a comparison against scalar ids (no index tensor), so no tensor constant is lifted into the graph
+    and the module exports from the ``meta`` device.
     """
+    ids = special.suppressed_ids if ids is None else ids
+    if not ids:
+        return logits
     vocab = torch.arange(logits.shape[-1], device=logits.device)  # [V]
-    banned = vocab == special.suppressed_ids[0]
-    for idx in special.suppressed_ids[1:]:
+    banned = vocab == ids[0]
+    for idx in ids[1:]:
         banned = banned | (vocab == idx)
     hit = (gen_ids == special.mask_id)[..., None] & banned  # [B, G, V]
     return torch.where(hit, torch.full_like(logits, float("-inf")), logits)
@@ -52,7 +58,8 @@ def log1p(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x < 1e-2, series, torch.log(1 + x))
 
 
-def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) -> tuple[torch.Tensor, ...]:
+def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
+           ids: tuple[int, ...] | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """x0 [B, G] int64, its log-probability and the end-token probability [B, G] float32, from one reduction.
 
     ``x0`` is the argmax of the suppressed logits and ``log_confidence`` its log softmax probability
@@ -61,10 +68,11 @@ def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) 
     resolution, so the order and thresholds match a float64 softmax (docs/DESIGN.md "Decoding strategies").
     ``p_end`` = p(<|eot_id|>) + p(<|endoftext|>) under the *unsuppressed* softmax (what ``seer.step_zero``
     reads): its normaliser is the suppressed one plus the suppressed ids' own mass at masked positions, four
-    columns, so no second softmax over the vocabulary is computed.
+    columns, so no second softmax over the vocabulary is computed. ``ids``: the suppressed set (``suppress_masked``).
     """
+    ids = special.suppressed_ids if ids is None else ids
     logits = logits.float()  # the vocabulary reduction in fp32, also in fp16 graphs
-    suppressed = suppress_masked(logits, gen_ids, special)  # [B, G, V]
+    suppressed = suppress_masked(logits, gen_ids, special, ids)  # [B, G, V]
     x0 = suppressed.argmax(-1)  # [B, G]
     top = suppressed.gather(-1, x0[..., None])  # [B, G, 1] the maximum
     others = torch.exp(suppressed - top)  # [B, G, V]; 1 at x0, which the sum must not hold (it would round s away)
@@ -72,10 +80,13 @@ def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens) 
     s = torch.where(is_x0, torch.zeros_like(others), others).sum(-1)  # [B, G] mass beside x0, relative to it
     log_confidence = -log1p(s)
     lse = top[..., 0] + log1p(s)  # log-sum-exp of the suppressed logits
-    masked = (gen_ids == special.mask_id)[..., None]  # [B, G, 1]
-    banned = torch.stack([logits[..., i] for i in special.suppressed_ids], dim=-1)  # [B, G, 4]
-    banned = torch.where(masked, banned, torch.full_like(banned, float("-inf")))
-    lse_all = logsumexp(torch.cat([lse[..., None], banned], dim=-1))  # the unsuppressed normaliser
+    if ids:
+        masked = (gen_ids == special.mask_id)[..., None]  # [B, G, 1]
+        banned = torch.stack([logits[..., i] for i in ids], dim=-1)  # [B, G, 4]
+        banned = torch.where(masked, banned, torch.full_like(banned, float("-inf")))
+        lse_all = logsumexp(torch.cat([lse[..., None], banned], dim=-1))  # the unsuppressed normaliser
+    else:  # nothing suppressed: one normaliser
+        lse_all = lse
     p_end = torch.exp(logits[..., special.eot_id] - lse_all) + torch.exp(logits[..., special.endoftext_id] - lse_all)
     return x0, log_confidence, p_end
 
@@ -92,6 +103,7 @@ class _Graph(nn.Module):
         super().__init__()
         self.llada = model
         self.special = special
+        self.suppressed = suppressed_ids(model.config.family, special)  # the family's loop: LLaDA-V's four, or none
         self.seer = seer
 
     def _embeds(self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor) -> torch.Tensor:
@@ -155,7 +167,7 @@ class DenoiseGraph(_CachedGraph):
         past_weights: torch.Tensor, *past: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:  # fmt: skip
         logits, present = self._logits(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past)
-        return *greedy(logits, gen_ids, self.special), *present
+        return *greedy(logits, gen_ids, self.special, self.suppressed), *present
 
 
 class DenoiseLogitsGraph(_CachedGraph):
@@ -164,7 +176,7 @@ class DenoiseLogitsGraph(_CachedGraph):
         past_weights: torch.Tensor, *past: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:  # fmt: skip
         logits, present = self._logits(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past)
-        return suppress_masked(logits, gen_ids, self.special), *present  # [B, G, V] float32
+        return suppress_masked(logits, gen_ids, self.special, self.suppressed), *present  # [B, G, V] float32
 
 
 MODULES: dict[str, Callable[[LLaDAV, SpecialTokens, SeerConfig], _Graph]] = {

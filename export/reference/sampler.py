@@ -5,7 +5,7 @@ In:  the model, left-padded prompt embeddings [B, P, D] with validity [B, P], ge
 Out: ``Generation``: answer ids [B, N] (positions >= L* stay masks), L* and the steps each row used.
 
 Per step: logits of the answer window; at still-masked positions the endoftext / startoftext / header ids are
--inf; x0 = argmax (Gumbel-max in float64 when temperature > 0); confidence = softmax probability of x0
+-inf (not in LaViDa's loop: ``seer_export.models.families``); x0 = argmax (Gumbel-max in float64 when temperature > 0); confidence = softmax probability of x0
 (``low_confidence``) or uniform noise (``random``); positions outside the row's current block (or past its
 L*) get -inf; each row commits its top-k, k from ``seer_trt.runtime.schedule``. As upstream, the mask id itself is not
 suppressed: a trained model never predicts it (it is never a training target). Upstream is batch 1 with a Python
@@ -33,6 +33,7 @@ import math
 import numpy as np
 import torch
 
+from seer_export.models.families import suppressed_ids
 from seer_export.models.llada_v import LLaDAV, window_layout
 from seer_trt.contracts.config import GenerationConfig, SpecialTokens
 from seer_trt.contracts.errors import ConfigError
@@ -46,9 +47,14 @@ class Generation:
     steps: np.ndarray  # [B] int64 denoising steps (forward passes) each row used
 
 
-def suppress_special(logits: torch.Tensor, masked: torch.Tensor, special: SpecialTokens) -> torch.Tensor:
-    """-inf for the suppressed special ids at masked positions. ``where``, not ``bias * mask`` (-inf * 0 = NaN)."""
-    ids = torch.tensor(special.suppressed_ids, device=logits.device)
+def suppress_special(logits: torch.Tensor, masked: torch.Tensor, special: SpecialTokens,
+                     ids: tuple[int, ...] | None = None) -> torch.Tensor:  # fmt: skip
+    """-inf for the suppressed special ids at masked positions. ``where``, not ``bias * mask`` (-inf * 0 = NaN).
+    ``ids``: the suppressed set (default LLaDA-V's four; ``seer_export.models.families.suppressed_ids``)."""
+    ids = special.suppressed_ids if ids is None else ids
+    if not ids:
+        return logits
+    ids = torch.tensor(ids, device=logits.device)
     cols = logits[..., ids]  # [B, N, 4]
     logits = logits.clone()
     logits[..., ids] = torch.where(masked[..., None], torch.full_like(cols, float("-inf")), cols)
@@ -128,6 +134,8 @@ def generate(
     def noise(*shape: int) -> torch.Tensor:  # [B, *shape] float64, row b from its own generator
         return torch.stack([torch.rand(shape, generator=g, dtype=torch.float64) for g in rngs]).to(device)
 
+    family = getattr(getattr(model, "config", None), "family", "llada-v")  # a stand-in model has no config
+    banned = suppressed_ids(family, special)  # LLaDA-V's four; LaViDa's loop suppresses none
     x = torch.full((batch, n), special.mask_id, dtype=torch.long, device=device)  # [B, N]
     stop = torch.full((batch,), n, device=device)  # [B] first committed <|eot_id|> (N: none yet)
     rule = gen.rule
@@ -146,7 +154,7 @@ def generate(
             if (t == 0 and step0_logits is not None)
             else model(prefix_embeds, x, segment_ids, position_ids)
         )
-        logits = suppress_special(logits.float(), masked, special)  # [B, N, V]
+        logits = suppress_special(logits.float(), masked, special, banned)  # [B, N, V]
         if gen.temperature > 0:
             gumbel = (-torch.log(noise(*logits.shape[1:]))) ** gen.temperature
             shifted = logits.double() - logits.double().amax(-1, keepdim=True)  # same argmax, no exp overflow

@@ -177,9 +177,9 @@ class SeerPipeline:
         if unknown:
             raise InputError(f"unknown generation setting(s) {unknown}; expected {list(GENERATION_FIELDS)}")
         check_settings(**changes)
-        if "gen_length" in changes:  # a new window keeps the default's shape: one block, one step per token
-            n = changes["gen_length"]
-            changes.setdefault("block_length", n if base.block_length == base.gen_length else base.block_length)
+        if "gen_length" in changes:  # a new window keeps the default's shape: one block (or blocks of at most the
+            n = changes["gen_length"]  # default's, LaViDa's min(128, N)), the default's steps per token
+            changes.setdefault("block_length", n if base.block_length == base.gen_length else min(base.block_length, n))
             changes.setdefault("steps", max(1, n * base.steps // base.gen_length))
         try:
             gen = dataclasses.replace(base, **changes)
