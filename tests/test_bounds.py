@@ -452,7 +452,8 @@ def test_max_prompt_chars_is_a_setting_checked_when_set():
 
     from seer_trt.contracts.errors import ConfigError
 
-    manifest = SimpleNamespace(tokenizer=FIXTURE.name, system_prompt=None, buckets=SimpleNamespace(prompt=(64,)))
+    manifest = SimpleNamespace(tokenizer=FIXTURE.name, system_prompt=None, buckets=SimpleNamespace(prompt=(64,)),
+                               vision=SimpleNamespace(placement="inline"))  # fmt: skip
     fmt = PromptFormat(FIXTURE.parent, manifest)
     assert fmt.max_tokens == 64 and fmt.max_chars == 64 * longest_token(fmt.tokenizer)
     assert PromptFormat(FIXTURE.parent, manifest, max_chars=100).max_chars == 100

@@ -73,8 +73,9 @@ def make_manifest(precision: str = "float16") -> Manifest:
 
 
 def test_every_graph_has_the_contracted_io():
-    assert GRAPH_NAMES == ("embed", "vision", "step_zero", "denoise", "denoise_logits")
+    assert GRAPH_NAMES == ("embed", "vision", "image_tokens", "step_zero", "denoise", "denoise_logits")
     assert SERVING_GRAPHS == ("embed", "vision", "step_zero", "denoise")  # denoise_logits only with --sampling
+    assert [t.name for t in GRAPHS["image_tokens"].outputs] == ["image_ids"]  # MMaDA's front end: ids, not features
     window = ["prefix_embeds", "gen_ids", "segment_ids", "position_ids"]
     for name in ("step_zero", "denoise", "denoise_logits"):
         assert [t.name for t in GRAPHS[name].inputs] == window

@@ -48,3 +48,33 @@ def tiny_lavida_config(vocab: int = 103, layers: int = 3) -> LLaDAVConfig:
         naming="llada-native",
         family="lavida-llada",
     )  # fmt: skip
+
+
+def tiny_mmada_config(vocab: int = 103, layers: int = 3) -> LLaDAVConfig:
+    """MMaDA in small: LLaDA's native names, no vision tower; a 16 px image is 8 x 8 = 64 codes of 16 (4 bits) at
+    ids 83-98 (the fixture tokenizer's length, 83, is the offset, as MMaDA's 126,349), behind the marker ids 99, 100
+    and before 101 (its <|mmu|> <|soi|> ... <|eoi|>); its loop's defaults (512 positions, 256 steps, blocks of 128).
+    Pass ``tiny_magvit()`` as the random checkpoint's image tokenizer."""
+    from seer_export.models.families import FAMILIES
+
+    return LLaDAVConfig(
+        text=TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                        num_attention_heads=2, num_key_value_heads=2),
+        vision=VisionConfig(image_size=16, patch_size=2),
+        image_aspect_ratio="center_crop",
+        seer=SeerConfig(statistic="gate_negative", probe_layer=1, tau_jump=0.1, label="test"),
+        generation=FAMILIES["mmada"].generation,
+        system_prompt=None,
+        naming="llada-native",
+        family="mmada",
+        image_prefix_ids=(99, 100),
+        image_suffix_ids=(101,),
+        codebook_size=16,
+    )  # fmt: skip
+
+
+def tiny_magvit():
+    """A MAGVIT-v2 encoder of two levels (widths 32, 64; one ResNet block each), 4 bits a code, 16 px images."""
+    from seer_export.models.magvit import MagvitConfig
+
+    return MagvitConfig(ch=32, ch_mult=(1, 2), num_res_blocks=(1, 1), z_channels=4, image_size=16)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seer_export.models.families import FAMILIES, get_family, infer_family
+from seer_export.models.magvit import MagvitConfig
 from seer_export.models.names import NAMINGS, NATIVE_CONFIG_KEYS, NATIVE_REQUIRED
 from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SeerConfig, read_json
 from seer_trt.contracts.errors import ConfigError
@@ -93,12 +94,29 @@ class LLaDAVConfig:
     generation: GenerationConfig = GenerationConfig(decoding=DEFAULT_DECODING)
     system_prompt: str | None = LLADA_V_SYSTEM
     naming: str = "llada-v"  # the checkpoint's parameter names: "llada-v" (HF) | "llada-native" (OLMo)
-    family: str = "llada-v"  # seer_export.models.families: "llada-v" | "lavida-llada"
+    family: str = "llada-v"  # seer_export.models.families: "llada-v" | "lavida-llada" | "mmada"
+    # an image tokenizer's front end (MMaDA): ids around the image's codes, codebook size, where code 0 sits in the
+    # vocabulary (None: the tokenizer's length, as MMaDA's ``get_code(...) + len(text_tokenizer)``)
+    image_prefix_ids: tuple[int, ...] = ()
+    image_suffix_ids: tuple[int, ...] = ()
+    codebook_size: int = 0
+    image_token_offset: int | None = None
+    magvit: MagvitConfig | None = None  # the image tokenizer's dims, from its own folder's config.json (from_file)
 
     def __post_init__(self) -> None:
         if self.naming not in NAMINGS:
             raise ConfigError(f"parameter naming {self.naming!r} is not one of {list(NAMINGS)}")
-        get_family(self.family)  # raises ConfigError when unknown
+        family = get_family(self.family)  # raises ConfigError when unknown
+        object.__setattr__(self, "image_prefix_ids", tuple(self.image_prefix_ids))
+        object.__setattr__(self, "image_suffix_ids", tuple(self.image_suffix_ids))
+        if family.front_end == "magvitv2":
+            if self.codebook_size < 2:
+                raise ConfigError(f"{self.family}: codebook_size {self.codebook_size}; expected the image tokenizer's "
+                                  f"code count (MMaDA: 8192)")  # fmt: skip
+            top = (self.image_token_offset or 0) + self.codebook_size
+            if top > self.text.vocab_size:
+                raise ConfigError(f"{self.family}: image codes {self.image_token_offset} + {self.codebook_size} reach "
+                                  f"past the vocabulary ({self.text.vocab_size} rows)")  # fmt: skip
         if self.projector_type != "mlp2x_gelu":
             raise ConfigError(f"mm_projector_type {self.projector_type!r} is not supported; LLaDA-V uses 'mlp2x_gelu'")
         if self.image_aspect_ratio.startswith("anyres_max") and self.anyres_max_tiles is None:
@@ -117,6 +135,11 @@ class LLaDAVConfig:
     def grid_pinpoints(self) -> list[tuple[int, int]]:
         """Candidate (width, height) px resolutions of the anyres grid."""
         return parse_pinpoints(self.image_grid_pinpoints, self.vision.image_size)
+
+    @property
+    def has_tower(self) -> bool:
+        """True for a SigLIP tower + projector front end; False for an image tokenizer's ids (MMaDA)."""
+        return FAMILIES[self.family].front_end == "siglip"
 
     @property
     def image_pool_stride(self) -> int:
@@ -151,7 +174,7 @@ class LLaDAVConfig:
         if missing:
             raise ConfigError(f"{where} lacks {missing}; is this a LLaDA-V checkpoint's config.json?")
         text = TextConfig(**{k: data[k] for k in text_names if k in data})
-        vision_data = data.get("vision_config") or {}
+        vision_data = data.get("vision_config") or family.vision_defaults
         vision_names = {f.name for f in dataclasses.fields(VisionConfig)}
         vision = VisionConfig(**{k: vision_data[k] for k in vision_names if k in vision_data})
         if data.get("mm_hidden_size", vision.hidden_size) != vision.hidden_size:
@@ -172,10 +195,16 @@ class LLaDAVConfig:
             system_prompt=data.get("system_prompt", LLADA_V_SYSTEM),
             naming=naming,
             family=family.name,
+            image_prefix_ids=data.get("image_prefix_ids", family.image_prefix_ids),
+            image_suffix_ids=data.get("image_suffix_ids", family.image_suffix_ids),
+            codebook_size=data.get("codebook_size", 0),
+            image_token_offset=data.get("image_token_offset"),
         )
 
     @classmethod
     def from_file(cls, path: str | Path) -> LLaDAVConfig:
+        """``from_dict`` of a config.json; a checkpoint's whole config, with its image tokenizer's, is
+        ``seer_export.models.loading.read_config``."""
         return cls.from_dict(read_json(path), str(path))
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,9 +219,15 @@ class LLaDAVConfig:
             "model_type": "llava_llada",
             "family": self.family,
             **text,
-            "mm_hidden_size": self.vision.hidden_size,
-            "mm_projector_type": self.projector_type,
-            "mm_patch_merge_type": self.patch_merge_type,
+            **(
+                {
+                    "mm_hidden_size": self.vision.hidden_size,
+                    "mm_projector_type": self.projector_type,
+                    "mm_patch_merge_type": self.patch_merge_type,
+                }
+                if self.has_tower
+                else {}
+            ),
             "image_aspect_ratio": self.image_aspect_ratio,
             "image_grid_pinpoints": (
                 self.image_grid_pinpoints
@@ -200,6 +235,16 @@ class LLaDAVConfig:
                 else [list(p) for p in self.image_grid_pinpoints]
             ),
             "vision_config": dataclasses.asdict(self.vision),
+            **(
+                {}
+                if self.has_tower
+                else {
+                    "codebook_size": self.codebook_size,
+                    "image_prefix_ids": list(self.image_prefix_ids),
+                    "image_suffix_ids": list(self.image_suffix_ids),
+                    "image_token_offset": self.image_token_offset,
+                }
+            ),
             "system_prompt": self.system_prompt,
             "seer": self.seer.to_dict(),
             "generation": self.generation.to_dict(),
@@ -222,4 +267,6 @@ def _from_native(data: dict[str, Any], where: str) -> dict[str, Any]:
     # the embedding rows are embedding_size when set (a vocabulary padded or grown, as MMaDA's), else vocab_size
     if data.get("embedding_size"):
         out["vocab_size"] = data["embedding_size"]
+    if data.get("new_vocab_size"):  # MMaDA: the text vocabulary grown by the image codes (134,656 rows)
+        out["vocab_size"] = data["new_vocab_size"]
     return out

@@ -15,8 +15,15 @@ PyTorch", "Model families"):
                   always on), plain anyres over five pinpoints; its loop (``llada/generate.py`` as its lmms-eval
                   wrapper calls it): one token per step, blocks of min(128, N), no stop, no special id suppressed
 
-A real LaViDa config.json has no ``family`` key; its native keys (``d_model``, ...) beside a vision tower's
-(``mm_hidden_size``) are LaViDa's signature, as LLaDA-V's config uses Hugging Face's keys.
+    mmada         Gen-Verse/MMaDA-8B-*: LLaDA's native names, the vocabulary grown to 134,656 (8,192 image codes);
+                  no vision tower: the MAGVIT-v2 tokenizer (showlab/magvitv2) turns a 512 px centre crop into 1,024
+                  ids placed as <|mmu|><|soi|> ids <|eoi|> before the chat-templated question; its loop
+                  (``mmu_generate`` as ``inference_mmu.py`` calls it): N / 2 steps in blocks of N / 4, no stop,
+                  nothing suppressed
+
+A real config.json has no ``family`` key; native keys (``d_model``, ...) beside a vision tower's (``mm_hidden_size``)
+are LaViDa's signature, beside an image codebook's (``codebook_size``, ``model_type`` "mmada") MMaDA's; LLaDA-V's
+config uses Hugging Face's keys.
 """
 
 from __future__ import annotations
@@ -43,10 +50,24 @@ class Family:
     # LLaDA-V's generate_with_embeds sets the logits of <|endoftext|>, <|startoftext|> and the header ids to -inf at
     # masked positions; LaViDa's generate.py suppresses nothing
     suppress_special: bool = True
+    front_end: str = "siglip"  # "siglip": tower + projector features; "magvitv2": an image tokenizer's ids
+    # "inline": the image's features where <image> stands in the user's message; "before_prompt": MMaDA's
+    # <|mmu|><|soi|> ids <|eoi|> ahead of the chat-templated question
+    image_placement: str = "inline"
+    vision_defaults: dict = dataclasses.field(default_factory=dict)  # VisionConfig keys when config.json has none
+    image_prefix_ids: tuple[int, ...] = ()  # ids before an image's codes (before_prompt placement)
+    image_suffix_ids: tuple[int, ...] = ()  # and after them
 
     def own_loop(self, gen_length: int) -> GenerationConfig:
-        """The family's official loop over ``gen_length`` positions (the baseline its users run): one token a step
-        by confidence (the fixed rule), in one block (LLaDA-V) or blocks of min(128, N) (LaViDa)."""
+        """The family's official loop over ``gen_length`` positions (the baseline its users run), by confidence (the
+        fixed rule): LLaDA-V one token a step in one block; LaViDa one a step in blocks of min(128, N); MMaDA
+        (``inference_mmu.py``) two a step in four blocks of N / 4."""
+        if self.name == "mmada":
+            if gen_length % 4 or gen_length < 8:
+                raise ConfigError(f"MMaDA's loop (inference_mmu.py: steps N / 2, block_length N / 4) needs a "
+                                  f"gen_length that is a multiple of 4 and at least 8; got {gen_length}")  # fmt: skip
+            return GenerationConfig(gen_length=gen_length, steps=gen_length // 2, block_length=gen_length // 4,
+                                    decoding="fixed")  # fmt: skip
         block = min(128, gen_length) if self.name == "lavida-llada" else gen_length
         if gen_length % block:
             raise ConfigError(f"LaViDa's loop needs a gen_length that is a multiple of 128 or at most 128; "
@@ -68,6 +89,22 @@ FAMILIES = MappingProxyType(
                 GenerationConfig(gen_length=256, steps=256, block_length=128, decoding=DEFAULT_DECODING),
                 suppress_special=False,
             ),
+            Family(
+                "mmada",
+                1,
+                "center_crop",  # image_transform: bicubic resize of the short side to 512, centre crop
+                LLADA_V_PINPOINTS,  # unused: one image, one crop
+                # inference_mmu.py: max_new_tokens = max_seq_length (512), steps 256, block_length 128
+                GenerationConfig(gen_length=512, steps=256, block_length=128, decoding=DEFAULT_DECODING),
+                suppress_special=False,
+                front_end="magvitv2",
+                image_placement="before_prompt",
+                # the image tokenizer's geometry: 512 px, 16x downsampling -> 32 x 32 = 1024 codes
+                vision_defaults={"image_size": 512, "patch_size": 16},
+                # training/prompting_utils.py reserved_token_mapping (use_reserved_token=True)
+                image_prefix_ids=(126089, 126084),  # <|mmu|>, <|soi|>
+                image_suffix_ids=(126085,),  # <|eoi|>
+            ),
         )
     }
 )
@@ -88,9 +125,12 @@ def infer_family(data: dict[str, Any], native: bool) -> str:
     """The family of a config.json: its ``family`` key, else LaViDa-LLaDA for native keys beside a vision tower."""
     if "family" in data:
         return str(data["family"])
+    if native and (data.get("model_type") == "mmada" or "codebook_size" in data):
+        return "mmada"
     if native and ("mm_hidden_size" in data or "mm_vision_tower" in data):
         return "lavida-llada"
     if native:
-        raise ConfigError("a config.json in LLaDA's native keys (d_model, n_layers, ...) without a vision tower is "
-                          "not a model seer-trt serves yet (LaViDa-LLaDA's names one: mm_hidden_size)")  # fmt: skip
+        raise ConfigError("a config.json in LLaDA's native keys (d_model, n_layers, ...) without a vision tower or an "
+                          "image codebook is not a model seer-trt serves yet (LaViDa-LLaDA's names one: "
+                          "mm_hidden_size; MMaDA's: codebook_size)")  # fmt: skip
     return "llada-v"

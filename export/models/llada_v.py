@@ -26,6 +26,7 @@ from torch import nn
 
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada import DecoderLayer, RMSNorm, attention_mask, rope
+from seer_export.models.magvit import MagvitTokenizer
 from seer_export.models.siglip import SigLipVisionTower
 from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER
@@ -39,11 +40,14 @@ class LLaDAVModel(nn.Module):
         self.embed_tokens = nn.Embedding(t.vocab_size, t.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(t) for _ in range(t.num_hidden_layers))
         self.norm = RMSNorm(t.hidden_size, t.rms_norm_eps)
-        self.vision_tower = SigLipVisionTower(cfg.vision)
-        self.mm_projector = nn.Sequential(
-            nn.Linear(cfg.vision.hidden_size, t.hidden_size), nn.GELU(), nn.Linear(t.hidden_size, t.hidden_size)
-        )
-        self.image_newline = nn.Parameter(torch.zeros(t.hidden_size))
+        if cfg.has_tower:  # an image tokenizer's family (MMaDA) has none: its images are ids, embedded as text
+            self.vision_tower = SigLipVisionTower(cfg.vision)
+            self.mm_projector = nn.Sequential(
+                nn.Linear(cfg.vision.hidden_size, t.hidden_size), nn.GELU(), nn.Linear(t.hidden_size, t.hidden_size)
+            )
+            self.image_newline = nn.Parameter(torch.zeros(t.hidden_size))
+        elif cfg.magvit is not None:  # MMaDA: the MAGVIT-v2 encoder (from its own folder) turns pixels into codes
+            self.image_tokenizer = MagvitTokenizer(cfg.magvit)
 
 
 class LLaDAV(nn.Module):
@@ -54,6 +58,11 @@ class LLaDAV(nn.Module):
         self.config = cfg
         self.model = LLaDAVModel(cfg)
         self.lm_head = nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
+
+    def image_ids(self, pixels: torch.Tensor) -> torch.Tensor:
+        """[N, 3, S, S] pixels in [-1, 1] -> vocabulary ids [N, T] of their codes (MMaDA: ``get_code`` +
+        ``len(text_tokenizer)``)."""
+        return self.model.image_tokenizer(pixels) + self.config.image_token_offset
 
     def tile_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """[N, 3, S, S] pixel tiles -> projected patch features [N, T, D]; T = ``config.features_per_tile``.
@@ -116,10 +125,16 @@ class LLaDAV(nn.Module):
         """One [M_i, D] feature block per image, in order: what each ``IMAGE_PLACEHOLDER`` is replaced by.
 
         ``images`` is either a pixel tensor [N, 3, S, S] of N single-tile images (``pixel_tiles``, "pad"), or
-        a sequence of ``AnyresImage`` (``anyres_tiles``), whose tiles go through the tower in one batch.
+        a sequence of ``AnyresImage`` (``anyres_tiles``), whose tiles go through the tower in one batch; for an
+        image tokenizer's family (MMaDA), the images' vocabulary ids [N, T] (``image_ids``), embedded as text is.
         """
         if images is None:
             return []
+        if not self.config.has_tower:
+            if not isinstance(images, torch.Tensor) or images.dtype != torch.long or images.dim() != 2:
+                raise TypeError("a model without a vision tower takes images as vocabulary ids [N, T] int64 "
+                                "(LLaDAV.image_ids)")  # fmt: skip
+            return list(self.model.embed_tokens(images.to(self.lm_head.weight.device)))
         if isinstance(images, torch.Tensor):
             return list(self.image_features(images))
         images = list(images)

@@ -25,6 +25,7 @@ import torch
 
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
+from seer_export.models.magvit import IMAGE_TOKENIZER_DIR, IMAGE_TOKENIZER_REPO, UNUSED_PREFIXES, MagvitConfig
 from seer_export.models.names import to_checkpoint, to_module
 from seer_trt.contracts.errors import CheckpointError, ConfigError
 
@@ -131,6 +132,19 @@ class CheckpointTensors:
     files: dict[str, Path]  # tensor name -> the .safetensors file holding it
     shapes: dict[str, tuple[int, ...]]  # tensor name -> shape, from the file header
     dtypes: dict[str, str]  # tensor name -> safetensors dtype ("BF16", "F32", ...), from the file header
+    stored: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> its name in the file, where they differ
+
+    def merged(self, other: CheckpointTensors, prefix: str, skip: tuple[str, ...] = ()) -> CheckpointTensors:
+        """These tensors and ``other``'s under ``prefix`` (those starting with ``skip`` left out): a model whose
+        parts come from two checkpoints (MMaDA's language model and its image tokenizer) checks and reads one set."""
+        names = [n for n in other.keys() if not n.startswith(skip)]
+        return CheckpointTensors(
+            self.folder,
+            {**self.files, **{prefix + n: other.files[n] for n in names}},
+            {**self.shapes, **{prefix + n: other.shapes[n] for n in names}},
+            {**self.dtypes, **{prefix + n: other.dtypes[n] for n in names}},
+            {**self.stored, **{prefix + n: other.stored.get(n, n) for n in names}},
+        )
 
     def keys(self) -> list[str]:
         return list(self.files)
@@ -172,7 +186,7 @@ class CheckpointTensors:
             try:
                 with safe_open(str(path), framework="pt", device=str(torch.device(device))) as f:
                     for name in group:
-                        tensor = f.get_tensor(name)
+                        tensor = f.get_tensor(self.stored.get(name, name))
                         if dtype is not None and tensor.is_floating_point():
                             tensor = tensor.to(dtype)
                         yield name, tensor
@@ -260,7 +274,8 @@ def load_state(folder: str | Path) -> CheckpointTensors:
     return CheckpointTensors(folder=folder, files=files, shapes=shapes, dtypes=dtypes)
 
 
-def check_state(model: torch.nn.Module, ckpt: CheckpointTensors, naming: str = "llada-v") -> None:
+def check_state(model: torch.nn.Module, ckpt: CheckpointTensors, naming: str = "llada-v",
+                what: str | None = None) -> None:  # fmt: skip
     """Strict check of a checkpoint against a model's ``state_dict``: names and shapes, all at once.
 
     Works on a ``meta`` model: only shapes are compared. Names are compared, and reported, as the checkpoint
@@ -288,8 +303,61 @@ def check_state(model: torch.nn.Module, ckpt: CheckpointTensors, naming: str = "
         f"checkpoint {ckpt.folder} does not match the model its config.json describes: {'; '.join(parts)}; "
         f"expected {len(expected)} tensors, found {len(ckpt.shapes)}. Check that config.json belongs to these "
         f"weights (layer counts, hidden sizes, vocab_size) and that the folder holds a "
-        f"{'LLaDA-V' if naming == 'llada-v' else 'LLaDA (native names)'} checkpoint"
+        f"{what or ('LLaDA-V' if naming == 'llada-v' else 'LLaDA (native names)')} checkpoint"
     )
+
+
+def find_image_tokenizer(checkpoint: Path) -> Path:
+    """The image tokenizer's folder: the checkpoint's ``image_tokenizer/``, or ``showlab/magvitv2`` in the local
+    Hugging Face cache, offline.
+
+    Raises:
+        CheckpointError: none found; the message says where it looked.
+    """
+    if (checkpoint / IMAGE_TOKENIZER_DIR / "config.json").is_file():
+        return checkpoint / IMAGE_TOKENIZER_DIR
+    try:
+        return resolve_checkpoint(None, IMAGE_TOKENIZER_REPO)
+    except CheckpointError as err:
+        raise CheckpointError(f"MMaDA's image tokenizer: no {checkpoint / IMAGE_TOKENIZER_DIR}/config.json; copy "
+                              f"{IMAGE_TOKENIZER_REPO} there ({err})") from None  # fmt: skip
+
+
+def read_config(folder: Path) -> LLaDAVConfig:
+    """A checkpoint's ``LLaDAVConfig``; for an image tokenizer's family (MMaDA) with its tokenizer's dims
+    (``magvit``) and, when config.json names none, ``image_token_offset`` = the length of the tokenizer beside it
+    (MMaDA's ``get_code(...) + len(text_tokenizer)``: 126,349).
+
+    Raises:
+        ConfigError: an invalid config.json, or an image tokenizer whose codes do not fit the config.
+        CheckpointError: no image tokenizer found.
+    """
+    path = folder / "config.json"
+    cfg = LLaDAVConfig.from_file(path)
+    if cfg.has_tower:
+        return cfg
+    if cfg.image_token_offset is None and (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        size = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
+        cfg = dataclasses.replace(cfg, image_token_offset=size)
+    image_tokenizer = find_image_tokenizer(folder)
+    data = json.loads((image_tokenizer / "config.json").read_text())
+    magvit = MagvitConfig.from_dict({**data, "image_size": cfg.vision.image_size})
+    if (magvit.tokens, magvit.codebook_size) != (cfg.features_per_tile, cfg.codebook_size):
+        raise ConfigError(f"{image_tokenizer}: {magvit.tokens} codes of {magvit.codebook_size} per "
+                          f"{cfg.vision.image_size} px image, but {path} expects {cfg.features_per_tile} of "
+                          f"{cfg.codebook_size} (vision_config image_size / patch_size, codebook_size)")  # fmt: skip
+    return dataclasses.replace(cfg, magvit=magvit)
+
+
+def model_state(folder: Path, cfg: LLaDAVConfig) -> CheckpointTensors:
+    """The tensors of the whole model ``cfg`` describes: the checkpoint's, and for an image tokenizer's family
+    (MMaDA) its tokenizer's encoder under ``model.image_tokenizer.`` (``seer_export.models.magvit``)."""
+    ckpt = load_state(folder)
+    if cfg.magvit is None:
+        return ckpt
+    return ckpt.merged(load_state(find_image_tokenizer(folder)), "model.image_tokenizer.", UNUSED_PREFIXES)
 
 
 def load_model(folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> LLaDAV:
@@ -315,13 +383,13 @@ def load_model(folder: str | Path, dtype: torch.dtype = torch.float32, device: s
             f"{folder} has no config.json (found {_listing(folder)}); pass --checkpoint DIR with a LLaDA-V "
             f"checkpoint folder: config.json plus the *.safetensors weights"
         )
-    cfg = LLaDAVConfig.from_file(folder / "config.json")
+    cfg = read_config(folder)
     with torch.device("meta"):
         model = LLaDAV(cfg)
     non_persistent = {n for n, _ in model.named_buffers()} - set(model.state_dict())
     # A non-persistent buffer is not in the checkpoint and would stay on meta; compute it in forward instead.
     assert not non_persistent, f"non-persistent buffers cannot be loaded from a checkpoint: {sorted(non_persistent)}"
-    ckpt = load_state(folder)
+    ckpt = model_state(folder, cfg)
     check_state(model, ckpt, cfg.naming)
     # the only copy: assign=True hands these to the model, under the modules' names
     state = {to_module(name, cfg.naming): t for name, t in ckpt.read(dtype=dtype, device=device)}

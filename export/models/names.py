@@ -60,6 +60,7 @@ NATIVE_CONFIG_KEYS = {
 # native options the one language model implements, and the value it implements (anything else is refused)
 NATIVE_REQUIRED = {
     "block_type": "llama",
+    "rope": True,  # LLaDA's modeling code asserts it ("Rope must be used in Llama-Encoder for MDM")
     "activation_type": "silu",
     "layer_norm_type": "rms",
     "weight_tying": False,

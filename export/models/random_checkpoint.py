@@ -28,10 +28,12 @@ from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 from seer_export.models.families import FAMILIES
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import INDEX_FILE
+from seer_export.models.magvit import IMAGE_TOKENIZER_DIR, MagvitConfig, MagvitTokenizer
 from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
 from seer_trt.cli.common import Parser, add_verbose, run_main
 from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.geometry import LLADA_V_PINPOINTS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -44,8 +46,11 @@ def write_random_checkpoint(
     gain: float = 1.0,
     shard_bytes: int = 2 * 2**30,
     tokenizer_from: Path = FIXTURE_DIR,
+    image_tokenizer: MagvitConfig | None = None,
 ) -> Path:
-    """Write a random-weight checkpoint of ``cfg`` into ``folder`` (created); returns the folder.
+    """Write a random-weight checkpoint of ``cfg`` into ``folder`` (created); returns the folder. A family with an
+    image tokenizer (MMaDA) also gets one in ``folder/image_tokenizer`` (``image_tokenizer``: its dims, MAGVIT-v2's
+    by default), with a decoder tensor and the quantizer's buffers beside the encoder, as showlab/magvitv2 stores them.
 
     Args:
         folder: where to write.
@@ -57,12 +62,38 @@ def write_random_checkpoint(
         shard_bytes: start a new shard past this size.
         tokenizer_from: folder whose tokenizer files are copied.
     """
-    from safetensors.torch import save_file
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with torch.device("meta"):  # stored under the checkpoint's names: LLaDA-V's, or LLaDA's native (cfg.naming)
         shapes = {to_checkpoint(n, cfg.naming): tuple(t.shape) for n, t in LLaDAV(cfg).state_dict().items()}
+    _write_tensors(folder, shapes, lambda name: "norm" in to_module(name, cfg.naming), dtype, seed, gain, shard_bytes)
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    for file in TOKENIZER_FILES:
+        shutil.copy2(Path(tokenizer_from) / file, folder / file)
+    if not cfg.has_tower:
+        write_image_tokenizer(folder / IMAGE_TOKENIZER_DIR, image_tokenizer or MagvitConfig(), dtype, seed + 1, gain)
+    return folder
+
+
+def write_image_tokenizer(folder: Path, cfg: MagvitConfig, dtype: torch.dtype, seed: int, gain: float) -> Path:
+    """A random MAGVIT-v2 in showlab/magvitv2's layout: the encoder, one decoder tensor, the quantizer's buffers."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with torch.device("meta"):
+        shapes = {n: tuple(t.shape) for n, t in MagvitTokenizer(cfg).state_dict().items()}
+    shapes |= {"decoder.conv_in.weight": (cfg.ch, cfg.z_channels, 3, 3), "quantize.power_vals": (cfg.z_channels,),
+               "quantize.embedding": (cfg.codebook_size, cfg.z_channels)}  # fmt: skip
+    _write_tensors(folder, shapes, lambda name: "norm" in name and name.endswith(".weight"), dtype, seed, gain)
+    data = {"_class_name": "MAGVITv2", **{k: v for k, v in cfg.to_dict().items() if k != "image_size"}}
+    (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
+    return folder
+
+
+def _write_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], is_norm, dtype: torch.dtype, seed: int,
+                   gain: float, shard_bytes: int = 2 * 2**30) -> None:  # fmt: skip
+    """Random tensors of ``shapes`` in safetensors shards with their index: 1-D norm weights (``is_norm``) ones, the
+    rest N(0, (gain / sqrt(fan_in))^2), drawn in order from ``seed``."""
+    from safetensors.torch import save_file
+
     gen = torch.Generator().manual_seed(seed)
     groups: list[list[str]] = [[]]
     size = 0
@@ -79,7 +110,7 @@ def write_random_checkpoint(
         tensors = {}
         for name in names:
             shape = shapes[name]
-            if "norm" in to_module(name, cfg.naming) and len(shape) == 1:  # ones, under either naming
+            if is_norm(name) and len(shape) == 1:  # ones, under either naming
                 tensors[name] = torch.ones(shape, dtype=dtype)
             else:
                 fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
@@ -90,10 +121,6 @@ def write_random_checkpoint(
     total = sum(math.prod(s) * dtype.itemsize for s in shapes.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
-    (folder / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-    for file in TOKENIZER_FILES:
-        shutil.copy2(Path(tokenizer_from) / file, folder / file)
-    return folder
 
 
 def llada_v_layout(layers: int) -> LLaDAVConfig:
@@ -107,9 +134,16 @@ def model_layout(model: str, layers: int) -> LLaDAVConfig:
     if model == "llada-v":
         return llada_v_layout(layers)
     family = FAMILIES[model]
-    return dataclasses.replace(llada_v_layout(layers), naming="llada-native", family=model,
-                               image_aspect_ratio=family.image_aspect_ratio,
-                               image_grid_pinpoints=family.image_grid_pinpoints, generation=family.generation)  # fmt: skip
+    cfg = dataclasses.replace(llada_v_layout(layers), naming="llada-native", family=model,
+                              image_aspect_ratio=family.image_aspect_ratio,
+                              image_grid_pinpoints=family.image_grid_pinpoints or LLADA_V_PINPOINTS,
+                              generation=family.generation)  # fmt: skip
+    if family.front_end == "magvitv2":  # MMaDA: 126,464 text rows + 8,192 codes, padded to 134,656
+        cfg = dataclasses.replace(cfg, text=dataclasses.replace(cfg.text, vocab_size=134656),
+                                  vision=VisionConfig(**family.vision_defaults), codebook_size=8192,
+                                  image_prefix_ids=family.image_prefix_ids, image_suffix_ids=family.image_suffix_ids,
+                                  image_token_offset=126349)  # fmt: skip
+    return cfg
 
 
 PROG = "python -m seer_export.models.random_checkpoint"

@@ -7,7 +7,7 @@ A bundled model ships inside the package (the ``tiny-llada-v`` fixture, and ``ti
 harder ``hard`` task family so that its confidences spread as a real model's do); a downloaded one is found in a folder
 the user names or in the local Hugging Face cache, offline. Each entry names its model family
 (``seer_export.models.families``): a checkpoint whose config.json is of another family is refused, so a LaViDa
-checkpoint is never run as LLaDA-V. Later adapters (MMaDA, LLaDA-8B) add entries here, not code paths.
+checkpoint is never run as LLaDA-V. Later adapters (LaViDa-Dream, LLaDA-8B) add entries here, not code paths.
 """
 
 from __future__ import annotations
@@ -62,6 +62,14 @@ MODELS = MappingProxyType(
                 None,
                 "LaViDa-LLaDA 8B (LLaDA's native names, SigLIP, pooled tiles); --checkpoint DIR or the HF cache",
                 family="lavida-llada",
+            ),
+            ModelEntry(
+                "mmada",
+                "Gen-Verse/MMaDA-8B-MixCoT",
+                None,
+                "MMaDA 8B (LLaDA's native names, MAGVIT-v2 image ids from image_tokenizer/ or showlab/magvitv2); "
+                "--checkpoint DIR or the HF cache",
+                family="mmada",
             ),
         )
     }

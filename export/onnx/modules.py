@@ -123,6 +123,11 @@ class VisionGraph(_Graph):
         return features, self.llada.model.image_newline.to(features.dtype)  # [D]: spliced by the runtime
 
 
+class ImageTokensGraph(_Graph):
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.llada.image_ids(pixel_values)  # [N, T] int64: codes + the tokenizer's length
+
+
 class StepZeroGraph(_Graph):
     """Early exit: embeddings and decoder layers 0..k only, then layer k's MLP statistic and, for a probe
     calibration, the probe's score on the residual stream after layer k (docs/DESIGN.md "Seer, exactly")."""
@@ -182,6 +187,7 @@ class DenoiseLogitsGraph(_CachedGraph):
 MODULES: dict[str, Callable[[LLaDAV, SpecialTokens, SeerConfig], _Graph]] = {
     "embed": EmbedGraph,
     "vision": VisionGraph,
+    "image_tokens": ImageTokensGraph,
     "step_zero": StepZeroGraph,
     "denoise": DenoiseGraph,
     "denoise_logits": DenoiseLogitsGraph,

@@ -38,6 +38,7 @@ from seer_trt.contracts.graphs import (
     GraphSpec,
     TensorSpec,
     has_cache,
+    image_graph,
     past_names,
     present_names,
     tolerance,
@@ -132,7 +133,7 @@ def make_cases(spec: GraphSpec, model: LLaDAV, manifest: Manifest, seed: int = 0
     if spec.name == "embed":
         feeds = [{"input_ids": rng.integers(0, vocab, shape).astype(np.int64)} for shape in ((1, 6), (3, 17))]
         return [Case(f"b{f['input_ids'].shape[0]} s{f['input_ids'].shape[1]}", f, ref(f)) for f in feeds]
-    if spec.name == "vision":
+    if spec.name in ("vision", "image_tokens"):
         size = manifest.vision.image_size
         feeds = [{"pixel_values": rng.uniform(-1, 1, (n, 3, size, size)).astype(dtype)} for n in (1, 3)]
         return [Case(f"{f['pixel_values'].shape[0]} tile(s)", f, ref(f)) for f in feeds]
@@ -319,7 +320,7 @@ def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path
 
     seer = manifest.seer
     zero = step_zero_graph(seer)
-    if any(g not in manifest.graphs for g in ("embed", "vision", zero, "denoise")):
+    if any(g not in manifest.graphs for g in ("embed", image_graph(manifest.vision.encoder), zero, "denoise")):
         return None
     gen = dataclasses.replace(manifest.generation, temperature=0.0, remasking="low_confidence")
     enc = TaskEncoder(checkpoint, model.config)

@@ -34,11 +34,12 @@ from pathlib import Path
 import torch
 
 from seer_export.models.config import LLaDAVConfig
+from seer_export.models.families import FAMILIES
 from seer_export.onnx.export import Log, export_graph
 from seer_export.onnx.options import ExportError, ExportOptions
 from seer_export.onnx.shared_weights import SharedWeights
 from seer_export.onnx.source import TOKENIZER_FILES, Source, model_dims, open_source
-from seer_trt.contracts.graphs import graph_specs
+from seer_trt.contracts.graphs import for_front_end, graph_specs
 from seer_trt.contracts.integrity import checksums
 from seer_trt.contracts.manifest import (
     SCHEMA_VERSION,
@@ -82,8 +83,12 @@ def vision_info(v: LLaDAVConfig) -> VisionInfo:
         patch_merge_type=v.patch_merge_type,
         grid_pinpoints=tuple(v.grid_pinpoints),
         anyres_max_tiles=v.anyres_max_tiles,
-        newline="unpad" if "unpad" in v.patch_merge_type else "none",
+        newline="unpad" if "unpad" in v.patch_merge_type and v.has_tower else "none",
         pool_stride=v.image_pool_stride,
+        encoder=FAMILIES[v.family].front_end,
+        placement=FAMILIES[v.family].image_placement,
+        prefix_ids=v.image_prefix_ids,
+        suffix_ids=v.image_suffix_ids,
     )
 
 
@@ -91,7 +96,7 @@ def default_buckets(cfg: LLaDAVConfig) -> LengthBuckets:
     """Answer buckets over the generation window; prompt buckets over one image's features plus text."""
     side = cfg.feature_side
     per_tile = cfg.features_per_tile + side  # a tile's features plus at most one newline per feature row
-    if cfg.image_aspect_ratio == "pad":
+    if cfg.image_aspect_ratio in ("pad", "center_crop"):
         tiles = 1
     else:  # the base tile plus the grid (anyres_max_N shrinks the grid to about N tiles)
         tiles = 1 + (cfg.anyres_max_tiles or max(w * h for w, h in cfg.grid_pinpoints) // cfg.vision.image_size**2)
@@ -193,7 +198,8 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
     if options.validate:
         check_validation_memory(source, options)
     seer = source.config.seer
-    specs = graph_specs(model_dims(source.config), options.precision, options.graphs, probe=seer.signal == "probe")
+    names = for_front_end(options.graphs, "siglip" if source.config.has_tower else "magvitv2")
+    specs = graph_specs(model_dims(source.config), options.precision, names, probe=seer.signal == "probe")
     with staging_folder(options.out, options.force) as staging:
         entries: dict[str, GraphEntry] = {}
         weights = SharedWeights(staging)

@@ -10,7 +10,7 @@ import torch
 
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
-from seer_export.models.loading import CheckpointTensors, check_state, load_state
+from seer_export.models.loading import CheckpointTensors, check_state, model_state, read_config
 from seer_export.models.registry import check_family, get_entry, resolve
 from seer_trt.contracts.config import SpecialTokens
 from seer_trt.contracts.errors import CheckpointError
@@ -45,10 +45,10 @@ def open_source(model: str, checkpoint: Path | None) -> Source:
             f"checkpoint {folder} lacks {missing}; the export copies the tokenizer and its chat template next to "
             f"the graphs: copy those files from the model's Hugging Face repo into {folder}"
         )
-    cfg = LLaDAVConfig.from_file(folder / "config.json")
+    cfg = read_config(folder)  # with its image tokenizer's, for MMaDA
     check_family(model, cfg, folder / "config.json")
     special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
-    tensors = load_state(folder)
+    tensors = model_state(folder, cfg)  # with an image tokenizer's encoder, for MMaDA
     with torch.device("meta"):
         check_state(LLaDAV(cfg), tensors, cfg.naming)  # names and shapes, all at once
     if max(special.to_dict().values()) >= cfg.text.vocab_size:

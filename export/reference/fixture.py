@@ -18,11 +18,13 @@ import numpy as np
 import torch
 
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+from seer_export.models.families import FAMILIES
 from seer_export.models.llada_v import LLaDAV, left_pad_prompts
 from seer_trt.contracts.config import GenerationConfig, SpecialTokens
 from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, IMAGE_TOKEN
 from seer_trt.eval.tasks import DEFAULT_FAMILY, FAMILY_KEY, Sample, task_family, vocabulary
-from seer_trt.runtime.image import anyres_tiles, pixel_tiles
+from seer_trt.runtime.image import anyres_tiles, center_crop_tile, pixel_tiles
 from seer_trt.runtime.prompt import ChatFormat, ChatTokenizer
 
 # LLaDA-V's chat template (tokenizer_config.json of GSAI-ML/LLaDA-V), verbatim.
@@ -129,6 +131,11 @@ class TaskEncoder:
         self.family = fixture_family(folder)  # the task family its prompts are drawn from (seer_trt.eval.tasks)
 
     def prompt_ids(self, sample: Sample) -> list[int]:
+        """As the runtime encodes it; MMaDA's image goes ahead of the template: <|mmu|><|soi|> image <|eoi|>."""
+        if sample.image is not None and FAMILIES[self.cfg.family].image_placement == "before_prompt":
+            text = sample.question.replace(f"{IMAGE_TOKEN}\n", "", 1).replace(IMAGE_TOKEN, "", 1)
+            return [*self.cfg.image_prefix_ids, IMAGE_PLACEHOLDER, *self.cfg.image_suffix_ids,
+                    *self.chat_tokenizer.encode(text)]  # fmt: skip
         return self.chat_tokenizer.encode(sample.question)
 
     def answer_ids(self, sample: Sample) -> list[int]:
@@ -143,6 +150,8 @@ class TaskEncoder:
         for s in samples:
             if s.image is None:
                 images = None
+            elif not self.cfg.has_tower:  # MMaDA: the image tokenizer's ids
+                images = model.image_ids(torch.from_numpy(center_crop_tile(s.image, size)))
             elif self.cfg.image_aspect_ratio.startswith("anyres"):
                 images = [anyres_tiles(s.image, size, self.cfg.grid_pinpoints)]
             else:

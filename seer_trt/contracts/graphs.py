@@ -174,6 +174,12 @@ GRAPHS: dict[str, GraphSpec] = {
             "pixel tiles -> projected image features, and the image_newline embedding",
         ),
         GraphSpec(
+            "image_tokens",
+            (TensorSpec("pixel_values", FLOAT, ("tiles", 3, "image_size", "image_size")),),
+            (TensorSpec("image_ids", "int64", ("tiles", "tile_tokens"), kind="index"),),
+            "pixels -> an image tokenizer's codes as vocabulary ids (MMaDA's MAGVIT-v2), embedded by embed",
+        ),
+        GraphSpec(
             "step_zero",
             WINDOW_INPUTS,
             (TensorSpec("sparsity", "float32", ("batch", "answer"), kind="fraction"), PROBE_SCORE),
@@ -234,6 +240,17 @@ def has_cache(spec: GraphSpec) -> bool:
 
 
 SERVING_GRAPHS = ("embed", "vision", "step_zero", "denoise")  # what seer-export writes by default
+IMAGE_GRAPHS = {"siglip": "vision", "magvitv2": "image_tokens"}  # a front end's graph (manifest vision.encoder)
+
+
+def image_graph(encoder: str) -> str:
+    """The graph that turns an image into what its placeholder becomes: features (``vision``) or ids."""
+    return IMAGE_GRAPHS[encoder]
+
+
+def for_front_end(names: tuple[str, ...], encoder: str) -> tuple[str, ...]:
+    """``names`` with the image graph of ``encoder`` for either front end's (``--graphs vision`` means the model's)."""
+    return tuple(image_graph(encoder) if n in IMAGE_GRAPHS.values() else n for n in names)
 
 
 SAMPLING_GRAPHS = ("denoise_logits",)  # added by seer-export --sampling (temperature > 0, random remasking)

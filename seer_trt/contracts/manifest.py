@@ -19,9 +19,10 @@ exports are refused. 2.1: the window graphs (``denoise``, ``denoise_logits``) ta
 (``seer_trt.contracts.graphs.cache_specs``); a 2.0 export runs with cache "none" only. 2.2: the window graphs
 return ``log_confidence`` (the log-probability of ``x0``, fp32 headroom near 1) instead of ``confidence``, and the
 generation defaults gained ``decoding`` and the model its fixture's ``task_family``; a 2.1 export's confidence is read as its log, its decoding as "fixed".
-2.3: the model records its ``family`` ("llada-v", "lavida-llada") and the vision front end its ``encoder`` and
-``pool_stride`` (LaViDa pools each tile's features inside the ``vision`` graph; ``tokens_per_tile`` counts them after
-the pool); absent from older manifests, read as LLaDA-V's.
+2.3: the model records its ``family`` ("llada-v", "lavida-llada", "mmada") and the vision front end its
+``encoder`` and ``pool_stride`` (LaViDa pools each tile's features inside the ``vision`` graph; ``tokens_per_tile``
+counts them after the pool), and where the image goes (``placement``, ``prefix_ids``, ``suffix_ids``: MMaDA's ids
+come from the ``image_tokens`` graph, ahead of the question); absent from older manifests, read as LLaDA-V's.
 """
 
 from __future__ import annotations
@@ -86,8 +87,13 @@ class VisionInfo:
     grid_pinpoints: tuple[tuple[int, int], ...]  # anyres candidate (width, height) px resolutions
     anyres_max_tiles: int | None  # N of anyres_max_N, None otherwise
     newline: str  # "unpad": image_newline after a single tile's features and after each anyres map row; "none"
-    encoder: str = "siglip"  # the tower inside the vision graph (SigLIP / SigLIP2: one architecture)
+    encoder: str = "siglip"  # "siglip": the vision graph's tower (SigLIP / SigLIP2); "magvitv2": image_tokens' ids
     pool_stride: int = 1  # 1: no pool; s: each tile's map bilinearly pooled to ceil(side / s) a side, in the graph
+    # "inline": the image where <image> stands in the user's message; "before_prompt": prefix_ids, the image,
+    # suffix_ids, then the chat-templated question without it (MMaDA's <|mmu|><|soi|> ids <|eoi|>)
+    placement: str = "inline"
+    prefix_ids: tuple[int, ...] = ()
+    suffix_ids: tuple[int, ...] = ()
     pixel_mean: float = 0.5  # pixels: (x / 255 - mean) / std per channel
     pixel_std: float = 0.5
     max_image_pixels: int = 50_000_000  # an image with more (width x height, from its header) is refused undecoded
@@ -100,6 +106,11 @@ class VisionInfo:
         object.__setattr__(self, "grid_pinpoints", tuple(tuple(int(v) for v in p) for p in self.grid_pinpoints))
         if self.newline not in ("none", "unpad"):
             raise ManifestError(f"vision.newline {self.newline!r} is not one of 'none', 'unpad'")
+        if self.encoder not in ("siglip", "magvitv2") or self.placement not in ("inline", "before_prompt"):
+            raise ManifestError(f"vision encoder {self.encoder!r} / placement {self.placement!r}: expected 'siglip' or "
+                                f"'magvitv2', 'inline' or 'before_prompt'; upgrade seer-trt or re-export")  # fmt: skip
+        object.__setattr__(self, "prefix_ids", tuple(int(i) for i in self.prefix_ids))
+        object.__setattr__(self, "suffix_ids", tuple(int(i) for i in self.suffix_ids))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,7 +69,12 @@ class Embedder:
         self.float = np.dtype(manifest.precision)
 
     def image_features(self, image: PreparedImage) -> np.ndarray:
-        """[M, D] features of one image, as its placeholder is replaced."""
+        """[M, D] features of one image, as its placeholder is replaced: the vision graph's, or, for an image
+        tokenizer (MMaDA), the embeddings of the ids the ``image_tokens`` graph gives."""
+        if self.manifest.vision.encoder == "magvitv2":
+            ids = self.backend.run("image_tokens", {"pixel_values": image.tiles.astype(self.float)})["image_ids"]
+            out = self.backend.run("embed", {"input_ids": np.ascontiguousarray(ids[:1], dtype=np.int64)})
+            return out["embeds"][0].copy()  # the backend reuses its output buffers
         out = self.backend.run("vision", {"pixel_values": image.tiles.astype(self.float)})
         if image.layout is not None:
             return merge_anyres(out["image_features"], out["image_newline"], image.grid, image.layout)

@@ -6,9 +6,9 @@ Out: ``PreparedImage``: SigLIP-normalised tiles [T, 3, S, S] float32 and, for "a
      from which ``embed`` merges the tile features (``seer_trt.contracts.geometry`` gives the geometry).
 
 Limits come first: the file size, then the pixel count from the header, before any pixel is decoded; a JPEG
-decodes at the smallest scale the tiling needs. One tile per image in the "pad" mode (``pixel_tiles``), or
-LLaVA-OneVision's "anyres" tiling (``anyres_tiles``: the whole image, then a grid of tiles chosen from the
-checkpoint's grid pinpoints). PIL for decoding and resizing.
+decodes at the smallest scale the tiling needs. One tile per image in the "pad" mode (``pixel_tiles``) and in MMaDA's
+"center_crop" (``center_crop_tile``), or LLaVA-OneVision's "anyres" tiling (``anyres_tiles``: the whole image, then a
+grid of tiles chosen from the checkpoint's grid pinpoints). PIL for decoding and resizing.
 """
 
 from __future__ import annotations
@@ -43,6 +43,20 @@ def pixel_tiles(image: np.ndarray, size: int, mean: float = 0.5, std: float = 0.
     if arr.shape[:2] != (size, size):
         arr = _resize(arr.astype(np.uint8), (size, size))
     return _normalise(arr[None], mean, std)
+
+
+def center_crop_tile(image: np.ndarray, size: int, mean: float = 0.5, std: float = 0.5) -> np.ndarray:
+    """MMaDA's ``image_transform`` of one RGB image into a tile [1, 3, size, size] float32: bicubic resize of the
+    short side to ``size`` (the long one to int(size * long / short), torchvision's ``Resize(size)``), a centre crop
+    at round((side - size) / 2) (``CenterCrop``), then (x / 255 - mean) / std."""
+    arr = _check_rgb(image).astype(np.uint8)
+    h, w = arr.shape[:2]
+    short, long = min(h, w), max(h, w)
+    new_long = int(size * long / short)
+    arr = _resize(arr, (size, new_long) if w < h else (new_long, size))
+    h, w = arr.shape[:2]
+    top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
+    return _normalise(arr[None, top : top + size, left : left + size], mean, std)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,6 +305,9 @@ def prepare_image(image: Image, vision: VisionInfo, limits: ImageLimits | None =
         InputError: the image is missing, too large or not an image.
     """
     pixels, original = load_image(image, limits, lambda size: needed_size(size, vision))
+    if vision.image_aspect_ratio == "center_crop":
+        tiles = center_crop_tile(pixels, vision.image_size, vision.pixel_mean, vision.pixel_std)
+        return PreparedImage(tiles, None, original, None)
     if not vision.image_aspect_ratio.startswith("anyres"):
         tiles = pixel_tiles(pixels, vision.image_size, vision.pixel_mean, vision.pixel_std)
         return PreparedImage(tiles, None, original, None)

@@ -194,6 +194,7 @@ class PromptFormat:
             ConfigError: ``max_chars`` is not a positive integer.
         """
         tok = Path(folder) / manifest.tokenizer
+        self.vision = manifest.vision
         self.chat = ChatFormat.from_folder(tok, system=manifest.system_prompt)
         self.chat_tokenizer = ChatTokenizer(tok / "tokenizer.json", self.chat)
         self.tokenizer = self.chat_tokenizer.control  # for decoding answers (``seer_trt.runtime.detokenize``)
@@ -237,6 +238,18 @@ class PromptFormat:
         if not prompt or not prompt.strip():
             raise InputError("the prompt is empty; send the question as text")
         n_tokens = prompt.count(IMAGE_TOKEN)
+        if n_tokens > (1 if has_image else 0):
+            raise InputError(
+                f"the prompt holds {n_tokens} {IMAGE_TOKEN} placeholder(s) for {int(has_image)} image(s); use one "
+                f"{IMAGE_TOKEN} per image (or none: it is prepended)"
+            )
+        if self.vision.placement == "before_prompt":  # MMaDA: prefix ids, the image, suffix ids, then the template
+            text = prompt.replace(f"{IMAGE_TOKEN}\n", "", 1).replace(IMAGE_TOKEN, "", 1) if has_image else prompt
+            if has_image and not text.strip():
+                raise InputError("the prompt holds only the image placeholder; send the question as text")
+            ids = self.chat_tokenizer.encode(text, system, history)
+            v = self.vision
+            return [*v.prefix_ids, IMAGE_PLACEHOLDER, *v.suffix_ids, *ids] if has_image else ids
         if has_image and n_tokens == 0:
             prompt = f"{IMAGE_TOKEN}\n{prompt}"
         elif n_tokens != (1 if has_image else 0):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from seer_trt.contracts.errors import ConfigError, ManifestError
-from seer_trt.contracts.graphs import GraphSpec
+from seer_trt.contracts.graphs import GraphSpec, image_graph
 from seer_trt.contracts.manifest import MANIFEST_FILE, Manifest
 from seer_trt.contracts.outfolder import (
     check_target,
@@ -78,7 +78,8 @@ class RepositoryPlan:
 def served_graphs(manifest: Manifest) -> list[str]:
     """The graphs the pipeline can call for this export: embed, vision, step_zero (unless the calibration reads
     the end token at full depth, which runs denoise), denoise, and denoise_logits when exported (--sampling)."""
-    wanted = list(dict.fromkeys(["embed", "vision", step_zero_graph(manifest.seer), "denoise", "denoise_logits"]))
+    image = image_graph(manifest.vision.encoder)  # vision, or image_tokens for an image tokenizer (MMaDA)
+    wanted = list(dict.fromkeys(["embed", image, step_zero_graph(manifest.seer), "denoise", "denoise_logits"]))
     for required in ("embed", step_zero_graph(manifest.seer), "denoise"):
         manifest.graph(required)  # raises with the re-export command when absent
     return [g for g in wanted if g in manifest.graphs]

@@ -1,0 +1,192 @@
+"""MMaDA (docs/DESIGN.md "Model families"): a random checkpoint under MMaDA's official names and config keys, with a
+MAGVIT-v2 image tokenizer under showlab/magvitv2's, loads strictly and only as ``--model mmada``; the lookup-free
+codes; MMaDA's centre crop; the export holds an ``image_tokens`` graph (no vision tower) and passes parity; the
+runtime places <|mmu|><|soi|> ids <|eoi|> before the question and its tokens equal the PyTorch reference on 40 prompts
+with images of many shapes, under MMaDA's own loop, early stop and Seer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tiny_models import tiny_magvit, tiny_mmada_config
+
+from seer_export.models import registry
+from seer_export.models.families import FAMILIES
+from seer_export.models.loading import INDEX_FILE, load_model
+from seer_export.models.magvit import IMAGE_TOKENIZER_DIR
+from seer_export.models.random_checkpoint import write_random_checkpoint
+from seer_trt.contracts.errors import CheckpointError, ConfigError
+from seer_trt.eval.tasks import make_samples
+from seer_trt.runtime.image import center_crop_tile
+
+SIZES = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (16, 16), (40, 120)]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("mmada") / "ckpt"
+    return write_random_checkpoint(folder, tiny_mmada_config(), dtype=torch.float32, seed=5, gain=4.0,
+                                   shard_bytes=40_000, image_tokenizer=tiny_magvit())  # fmt: skip
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_checkpoint_is_stored_under_mmadas_names_and_loads_only_as_mmada(checkpoint, tmp_path):
+    names = set(json.loads((checkpoint / INDEX_FILE).read_text())["weight_map"])
+    assert names and all(n.startswith("model.transformer.") for n in names)  # no vision tower, no projector
+    vq = set(json.loads((checkpoint / IMAGE_TOKENIZER_DIR / INDEX_FILE).read_text())["weight_map"])
+    assert {"encoder.conv_in.weight", "encoder.down.0.downsample.conv.weight", "encoder.mid.attn_1.q.weight",
+            "encoder.down.1.block.0.nin_shortcut.weight", "encoder.quant_conv.weight", "decoder.conv_in.weight",
+            "quantize.embedding"} <= vq  # fmt: skip
+    model, _ = registry.load("mmada", checkpoint)
+    cfg = model.config
+    assert (cfg.family, cfg.naming, cfg.image_token_offset, cfg.features_per_tile) == ("mmada", "llada-native", 83, 64)
+    assert not hasattr(model.model, "vision_tower") and hasattr(model.model, "image_tokenizer")
+    assert not any(n.startswith("model.image_tokenizer.decoder") for n in model.state_dict())  # decoder unread
+
+    # a real MMaDA config.json has no "family": native keys beside an image codebook say it
+    bare = _copy(checkpoint, tmp_path / "bare")
+    data = json.loads((bare / "config.json").read_text())
+    del data["family"]
+    (bare / "config.json").write_text(json.dumps({**data, "model_type": "mmada"}))
+    assert load_model(bare).config == cfg
+    with pytest.raises(ConfigError, match="holds a mmada checkpoint.*--model mmada"):
+        registry.load("lavida-llada", checkpoint)
+
+    lone = _copy(checkpoint, tmp_path / "lone")
+    (lone / IMAGE_TOKENIZER_DIR / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="image tokenizer.*image_tokenizer/config.json"):
+        load_model(lone)
+    wrong = _copy(checkpoint, tmp_path / "wrong")
+    vq_cfg = json.loads((wrong / IMAGE_TOKENIZER_DIR / "config.json").read_text())
+    (wrong / IMAGE_TOKENIZER_DIR / "config.json").write_text(json.dumps({**vq_cfg, "z_channels": 5}))
+    with pytest.raises(ConfigError, match="64 codes of 32 .* expects 64 of 16"):
+        load_model(wrong)
+
+
+def test_a_missing_encoder_tensor_is_named(checkpoint, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = _copy(checkpoint, tmp_path / "broken")
+    folder = broken / IMAGE_TOKENIZER_DIR
+    index = json.loads((folder / INDEX_FILE).read_text())
+    gone = "encoder.mid.block_2.conv1.weight"
+    shard = index["weight_map"].pop(gone)
+    save_file({k: v for k, v in load_file(folder / shard).items() if k != gone}, str(folder / shard))
+    (folder / INDEX_FILE).write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"missing \[model\.image_tokenizer\.encoder\.mid\.block_2\.conv1"):
+        load_model(broken)
+
+
+def test_codes_are_the_sign_bits_of_the_encoder_output_and_ids_follow_the_text(checkpoint):
+    model = load_model(checkpoint)
+    pixels = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    with torch.no_grad():
+        z = model.model.image_tokenizer.encoder(pixels)  # [3, 4, 8, 8]
+        ids = model.image_ids(pixels)
+    assert z.shape == (3, 4, 8, 8) and ids.shape == (3, 64)
+    bits = (z > 0).long().permute(0, 2, 3, 1).reshape(3, 64, 4)  # row-major positions, channel 0 the top bit
+    want = bits[..., 0] * 8 + bits[..., 1] * 4 + bits[..., 2] * 2 + bits[..., 3]
+    assert torch.equal(ids, want + 83)
+    assert 83 <= int(ids.min()) and int(ids.max()) < 83 + 16 and len(set(ids.flatten().tolist())) > 4
+
+
+def test_center_crop_keeps_the_middle_of_the_long_side():
+    """A 20 x 40 image, red | green | blue in quarters-half-quarter: the short side goes to 16 px, the long one to 32,
+    and the centre crop keeps columns 8-23 of it: the green half only."""
+    image = np.zeros((20, 40, 3), dtype=np.uint8)
+    image[:, :10] = (255, 0, 0)
+    image[:, 10:30] = (0, 255, 0)
+    image[:, 30:] = (0, 0, 255)
+    tile = center_crop_tile(image, 16)
+    assert tile.shape == (1, 3, 16, 16)
+    green = (tile[0, 1] + 1) / 2  # back to 0..1
+    assert green[:, 2:-2].min() > 0.9 and (tile[0, 0, :, 2:-2] < -0.9).all()  # no red left inside
+    tall = center_crop_tile(image.transpose(1, 0, 2).copy(), 16)  # 40 x 20: rows are cropped instead
+    np.testing.assert_allclose(tall[0].transpose(0, 2, 1), tile[0], atol=1e-6)
+
+
+# --- the export and the runtime -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def export(checkpoint, tmp_path_factory):
+    from seer_export.onnx.options import ExportOptions
+    from seer_export.onnx.run import run_export
+
+    out = tmp_path_factory.mktemp("mmada-export") / "engines"
+    options = ExportOptions(model="mmada", checkpoint=checkpoint, out=out, samples=4)
+    return out, run_export(options, log=lambda line: None)
+
+
+def samples_with_images(n: int = 40):
+    rng = np.random.default_rng(7)
+    out = []
+    for i, s in enumerate(make_samples(13, n, 8, 2)):
+        if s.image is not None:
+            h, w = SIZES[i % len(SIZES)]
+            s = type(s)(s.task, s.question, s.answer, rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        out.append(s)
+    return out
+
+
+@pytest.mark.slow
+def test_export_holds_the_image_tokenizer_graph_and_passes_parity(export):
+    out, manifest = export
+    assert manifest.parity.status == "passed", manifest.parity.note
+    assert "vision" not in manifest.graphs and "image_tokens" in manifest.graphs
+    rows = [r for r in manifest.parity.rows if r.graph == "image_tokens"]
+    assert rows and all(r.passed for r in rows)
+    v = manifest.vision
+    assert (manifest.model.family, v.encoder, v.placement, v.newline) == ("mmada", "magvitv2", "before_prompt", "none")
+    assert (v.prefix_ids, v.suffix_ids, v.tokens_per_tile, v.image_aspect_ratio) == ((99, 100), (101,), 64,
+                                                                                      "center_crop")  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["mmada_loop", "early_stop", "seer"])
+def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
+    from seer_export.reference.fixture import TaskEncoder
+    from seer_export.reference.sampler import generate
+    from seer_export.reference.seer import seer_generate
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request
+
+    out, manifest = export
+    samples = samples_with_images()
+    assert sum(s.image is not None for s in samples) >= 10
+    model = load_model(checkpoint)
+    enc = TaskEncoder(checkpoint, model.config)
+    pipe = SeerPipeline.from_manifest(out)
+    with_image = next(s for s in samples if s.image is not None)
+    assert pipe.prompts.ids(with_image.question, True)[:4] == [99, 100, -200, 101]  # <|mmu|><|soi|> image <|eoi|>
+    assert pipe.prompts.ids(with_image.question, True) == enc.prompt_ids(with_image)
+    gen = pipe.settings(gen_length=16)
+    if mode == "mmada_loop":  # inference_mmu.py's: N / 2 steps in blocks of N / 4, the fixed rule
+        gen = pipe.settings(gen_length=16, steps=8, block_length=4, decoding="fixed")
+        assert gen == FAMILIES["mmada"].own_loop(16)
+    with torch.no_grad():
+        prefix, valid = enc.prefix(model, samples)
+        if mode == "seer":
+            ref = seer_generate(model, prefix, valid, gen, enc.special, manifest.seer)[0]
+        else:
+            ref = generate(model, prefix, valid, gen, enc.special, early_stop=mode == "early_stop")
+    results = pipe.generate([Request(s.question, s.image, gen_length=16, steps=gen.steps, decoding=gen.decoding,
+                                     block_length=gen.block_length, seer=mode == "seer",
+                                     early_stop=mode == "early_stop", cache="none") for s in samples])  # fmt: skip
+    pipe.close()
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    assert [r.kept for r in results] == ref.kept.tolist()
+    assert [r.steps for r in results] == ref.steps.tolist()
+    assert [list(r.window) for r in results] == [row[:k].tolist() for row, k in zip(ref.tokens, ref.kept, strict=True)]
+    if mode == "mmada_loop":
+        assert set(ref.steps.tolist()) == {8}  # no stop: two tokens a step
