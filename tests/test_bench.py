@@ -160,6 +160,7 @@ def test_llada_v_shaped_bench_report_structure(fixture_export):
     assert list(cell["modes"]) == list(MODES) and not cell["modes"]["baseline"]["estimated"]
     modes = cell["modes"]
     assert modes["baseline"]["mean_steps"] == 32 and modes["baseline"]["mean_refreshes"] == 32
+    assert modes["baseline+cache"]["mean_steps"] == 32 > modes["baseline+cache"]["mean_refreshes"]  # R = 4
     assert modes["seer"]["mean_refreshes"] == modes["seer"]["mean_steps"]  # Seer alone: the exact loop
     for m in ("seer+reuse", "seer+forecast"):
         assert modes[m]["mean_steps"] == modes["seer"]["mean_steps"] > modes[m]["mean_refreshes"]

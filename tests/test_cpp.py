@@ -3,8 +3,8 @@ commands (into a cache folder, never the working tree; configuring runs tools/or
 L* and steps as ``SeerPipeline`` on 40 held-out fixture prompts (text and image), batch 1 and batched under every
 dispatch policy, for every signal and detector a manifest can name, with and without Seer and early stopping;
 every decoding rule (fixed, threshold, factor; a request's or the manifest's), and a 2.1 export's confidence; anyres
-images (a random export: the merge of tile features, crops and bilinear shrinking) and LaViDa-LLaDA's pooled ones;
-seer-prompt-ids ->
+images (a random export: the merge of tile features, crops and bilinear shrinking), LaViDa-LLaDA's pooled ones and
+MMaDA's image ids; seer-prompt-ids ->
 seer_run equal to seer-run; bad inputs an error, never a crash; four threads on one pipeline.
 
 Both runtimes load the same ONNX Runtime library (the installed wheel's), so the graphs compute the same bits."""
@@ -784,6 +784,44 @@ def test_lavida_images_and_seer_equal_python(lib, lavida_export, tmp_path):
         python = py.generate([Request(prompt, images[0], seer=False)])  # the default: 256 steps in 2 blocks of 128
         assert python[0].steps == 256
         assert_same(python, cpp.generate([{**cpp_requests[0], "seer": False}]))
+    py.close()
+
+
+@pytest.fixture(scope="module")
+def mmada_export(tmp_path_factory) -> Path:
+    """A random MMaDA (tests/tiny_models.py): no vision tower; the image_tokens graph's ids, embedded by embed, go
+    before the question; exported without validation (test_mmada.py checks its parity)."""
+    import torch
+    from tiny_models import tiny_magvit, tiny_mmada_config
+
+    from seer_export.cli import main as export_main
+    from seer_export.models.random_checkpoint import write_random_checkpoint
+
+    root = tmp_path_factory.mktemp("mmada")
+    write_random_checkpoint(root / "checkpoint", tiny_mmada_config(), dtype=torch.float32, gain=3.0,
+                            image_tokenizer=tiny_magvit())  # fmt: skip
+    assert export_main(["--model", "mmada", "--checkpoint", str(root / "checkpoint"), "--out", str(root / "engines"),
+                        "--no-validate"]) == 0  # fmt: skip
+    return root / "engines"
+
+
+def test_mmada_image_ids_and_seer_equal_python(lib, mmada_export, tmp_path):
+    """MMaDA's centre crop, the image_tokens graph's ids through embed, <|mmu|><|soi|> ... <|eoi|> before the question;
+    MMaDA's own loop (N / 2 steps in blocks of N / 4) and Seer."""
+    rng = np.random.default_rng(3)
+    sizes = [(12, 40), (50, 30), (20, 20), (90, 33), (16, 16), (7, 70)]
+    images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
+    conv = CppRequests(mmada_export)
+    prompt = "count the shapes one by one ."
+    loop = {"gen_length": 16, "steps": 8, "block_length": 4, "decoding": "fixed"}
+    cpp_requests = [conv.convert({"prompt": prompt, "image": im}, tmp_path / f"{i}.npy") for i, im in enumerate(images)]
+    assert all(r["prompt_ids"][:4] == [99, 100, -200, 101] for r in cpp_requests)
+    cpp_requests.append(conv.convert({"prompt": prompt}, tmp_path / "text.npy"))  # and one without an image
+    py = SeerPipeline.from_manifest(mmada_export)
+    with CppPipeline(lib, mmada_export, ort_library=ort_library()) as cpp:
+        for fields in (loop, {"gen_length": 16, "seer": True}):
+            python = py.generate([Request(prompt, im, **fields) for im in [*images, None]])
+            assert_same(python, cpp.generate([{**r, **fields} for r in cpp_requests]))
     py.close()
 
 

@@ -229,3 +229,18 @@ def test_lavidas_loop_suppresses_no_special_id(checkpoint):
     assert llada_v[0].tolist()[0][0] != special.endoftext_id and llada_v[0].tolist()[0][1] == special.endoftext_id
     torch.testing.assert_close(lavida[2], llada_v[2])  # p_end reads the unsuppressed softmax either way
     assert torch.equal(suppress_special(logits, gen_ids == special.mask_id, special, ()), logits)
+
+
+@pytest.mark.slow
+def test_seer_calibrate_runs_on_the_adapter(checkpoint, tmp_path):
+    """seer-calibrate --model lavida-llada: the step-zero signals per layer on held-out prompts (with images) and a
+    chosen calibration, written to --out (random weights: whether a layer meets the bar is not the point here)."""
+    from seer_export.calibrate import main as calibrate_main
+
+    out = tmp_path / "cal"
+    argv = ["--model", "lavida-llada", "--checkpoint", str(checkpoint), "--n", "12", "--gen-length", "16",
+            "--out", str(out)]  # fmt: skip
+    assert calibrate_main(argv) == 0
+    report = json.loads((out / "calibration.json").read_text())
+    assert report["model"] == "lavida-llada" and report["chosen"]["probe_layer"] < 3
+    assert (out / "step_zero_profile.png").is_file()

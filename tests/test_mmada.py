@@ -190,3 +190,18 @@ def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
     assert [list(r.window) for r in results] == [row[:k].tolist() for row, k in zip(ref.tokens, ref.kept, strict=True)]
     if mode == "mmada_loop":
         assert set(ref.steps.tolist()) == {8}  # no stop: two tokens a step
+
+
+@pytest.mark.slow
+def test_seer_calibrate_runs_on_the_adapter(checkpoint, tmp_path):
+    """seer-calibrate --model mmada: the step-zero signals per layer on held-out prompts (with images) and a
+    chosen calibration, written to --out (random weights: whether a layer meets the bar is not the point here)."""
+    from seer_export.calibrate import main as calibrate_main
+
+    out = tmp_path / "cal"
+    argv = ["--model", "mmada", "--checkpoint", str(checkpoint), "--n", "12", "--gen-length", "16",
+            "--out", str(out)]  # fmt: skip
+    assert calibrate_main(argv) == 0
+    report = json.loads((out / "calibration.json").read_text())
+    assert report["model"] == "mmada" and report["chosen"]["probe_layer"] < 3
+    assert (out / "step_zero_profile.png").is_file()

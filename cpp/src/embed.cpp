@@ -165,7 +165,7 @@ PromptEmbeds embed_prompt(Backend& backend, const Manifest& manifest, const Requ
   int64_t at = 0;  // rows written
   for (size_t i = 0; i < ids.size();) {
     if (ids[i] == IMAGE_PLACEHOLDER) {
-      const auto& vision = manifest.graph("vision");
+      const auto& vision = manifest.graph(manifest.vision.graph());
       const int64_t t = manifest.vision.tokens_per_tile;
       std::vector<float> pixels32 = request.pixel_values;
       std::vector<Ort::Float16_t> pixels16;
@@ -174,6 +174,22 @@ PromptEmbeds embed_prompt(Backend& backend, const Manifest& manifest, const Requ
       if (pdtype == "float16") {  // round to nearest even, as numpy's astype does
         for (float v : pixels32) pixels16.emplace_back(v);
         pixels = pixels16.data();
+      }
+      if (manifest.vision.image_ids()) {  // MMaDA: the tokenizer's codes as vocabulary ids, embedded as text is
+        std::vector<int64_t> codes(t);
+        {
+          GraphCall call = backend.call("image_tokens", clock);
+          call.input(vision.inputs.at(0).name.c_str(), pixels, pdtype, {1, 3, s, s});
+          call.output("image_ids", codes.data(), "int64", {1, t});
+          call.run();
+        }
+        GraphCall call = backend.call("embed", clock);
+        call.input("input_ids", codes.data(), "int64", {1, t});
+        call.output("embeds", out.embeds.data() + at * row_bytes, embeds_dtype, {1, t, d});
+        call.run();
+        at += features;
+        ++i;
+        continue;
       }
       std::vector<uint8_t> tiles(request.tiles * t * row_bytes), newline(row_bytes);
       GraphCall call = backend.call("vision", clock);

@@ -103,9 +103,13 @@ struct Buckets {
 struct VisionInfo {
   int64_t image_size = 0, patch_size = 0, tokens_per_tile = 0;
   std::string image_aspect_ratio, newline;
+  // "siglip": the vision graph's features; "magvitv2": the image_tokens graph's ids, embedded by embed (MMaDA)
+  std::string encoder = "siglip";
   std::vector<std::pair<int64_t, int64_t>> grid_pinpoints;  // anyres candidate (width, height) px resolutions
   std::optional<int64_t> anyres_max_tiles;  // N of anyres_max_N: shrinks the feature map, not the tiles
   bool anyres() const { return image_aspect_ratio.rfind("anyres", 0) == 0; }
+  bool image_ids() const { return encoder == "magvitv2"; }
+  const char* graph() const { return image_ids() ? "image_tokens" : "vision"; }  // the image's graph
   // Tiles one image may have (seer_trt.contracts.profiles.tiles_per_image): 1 for "pad"; anyres: the base tile plus
   // the largest pinpoint grid, 1 + max (w / S) * (h / S). anyres_max_N caps no tiles (geometry.anyres_layout).
   int64_t max_tiles() const;

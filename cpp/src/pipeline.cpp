@@ -253,7 +253,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
     throw config_error("short must be >= 0 (0: no group of short rows), got " + std::to_string(options.short_rows));
   impl->manifest = Manifest::read(folder);
   const Manifest& m = impl->manifest;
-  std::vector<std::string> graphs = {"embed", "vision", "denoise"};
+  std::vector<std::string> graphs = {"embed", m.vision.graph(), "denoise"};
   if (!m.seer.full_depth()) graphs.push_back("step_zero");
   // the inputs and outputs this runtime feeds and reads (seer_trt/contracts/graphs.py); another contract is refused here,
   // not at the first request
@@ -261,6 +261,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
   const std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> contract = {
       {"embed", {{"input_ids"}, {"embeds"}}},
       {"vision", {{"pixel_values"}, {"image_features", "image_newline"}}},
+      {"image_tokens", {{"pixel_values"}, {"image_ids"}}},
       {"denoise", {window_inputs, {"x0", confidence_output(m.graph("denoise")).name, "p_end"}}},
       {"step_zero", {window_inputs, {m.seer.signal == "probe" ? "probe_score" : "sparsity"}}}};
   for (const std::string& g : graphs) {

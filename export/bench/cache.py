@@ -14,6 +14,9 @@ what a cache changes. Random weights have no step-zero boundary, so the oracle's
 stands in for L*:
 
     baseline          the padded loop: N positions, N steps, every step computing the prompt
+    baseline+cache    the same loop with the reuse cache (the prompt computed at block starts and every R steps):
+                      the strongest no-Seer setting, the part of a prefix cache (LaViDa's ``prefix_lm``) a user
+                      would add; measured in ``baseline_cells`` only
     seer              the step-zero early exit (layer 0 of 8, as layer 3 of LLaDA-V's 32: 1/8 of a step), then the
                       exact loop over L* + the margin
     seer+reuse        the same with the reuse cache (refresh every R steps and at block starts)
@@ -21,8 +24,10 @@ stands in for L*:
     oracle+cache      the window cut at L*, no step zero, the pipeline's default cache policy
 
 ``lavida-shaped`` is the same language model at LaViDa-LLaDA's counts (every 384-px tile pooled to 14 x 14: a
-768 x 768 image is 196 + 28 x 29 = 1008 features, a 384 x 768 one 196 + 28 x 15 = 616) with LaViDa's own loop as the
-baseline: one token a step in blocks of min(128, N), no stop.
+768 x 768 image is 196 + 28 x 29 = 1008 features, a 384 x 768 one 196 + 28 x 15 = 616), every mode in LaViDa's loop
+(one token a step in blocks of min(128, N)); ``mmada-shaped`` at MMaDA's (1024 image ids and three markers) in its
+loop (N / 2 steps in blocks of N / 4). The loop's steps and blocks are every mode's (``Family.own_loop``): Seer cuts
+the window, not the rate.
 
 Every mode runs the same requests; modes are interleaved in rounds (order rotated, after an untimed warm-up); a
 ratio is the ratio of medians over rounds with its per-round spread (``seer_export.bench.rounds.ratio``). The padded
@@ -56,7 +61,7 @@ from seer_trt.runtime.request import Request
 from seer_trt.runtime.step_zero import run_step_zero
 
 Progress = Callable[[str], None]
-MODES = ("baseline", "seer", "seer+reuse", "seer+forecast", "oracle+cache")
+MODES = ("baseline", "baseline+cache", "seer", "seer+reuse", "seer+forecast", "oracle+cache")
 QUESTION = "how many shapes are in the picture ? count the cat dog sun tree star fish moon box shapes and answer ."
 # LLaDA-V's own dims for the cache's size: 32 layers, hidden 4096 (32 heads x 128, full multi-head K/V), fp16, a
 # prompt of about 3.7k embeddings (anyres: the base tile, a 2x2 grid's map with its newlines, the text)
@@ -69,24 +74,18 @@ class Shape:
 
     name: str  # the --workload value
     model: str  # who runs at these counts
-    family: str  # seer_export.models.families: whose own loop is the baseline
+    family: str  # seer_export.models.families: whose own loop (steps and blocks for N) every mode runs
     image_tokens: tuple[int, ...]
-    generation: GenerationConfig  # the random export's defaults: a request of gen_length N gets the family's loop
     dims: dict[str, int]
 
 
 SHAPES = {
     s.name: s
     for s in (
-        Shape("llada-v-shaped", "LLaDA-V", "llada-v", (729, 2916), GenerationConfig(), LLADA_V),
-        Shape(
-            "lavida-shaped",
-            "LaViDa-LLaDA",
-            "lavida-llada",
-            (1008, 616),
-            FAMILIES["lavida-llada"].generation,
-            {**LLADA_V, "prompt": 1050},
-        ),  # fmt: skip
+        Shape("llada-v-shaped", "LLaDA-V", "llada-v", (729, 2916), LLADA_V),
+        Shape("lavida-shaped", "LaViDa-LLaDA", "lavida-llada", (1008, 616), {**LLADA_V, "prompt": 1050}),
+        # 1024 image ids and the three markers ahead of the question
+        Shape("mmada-shaped", "MMaDA", "mmada", (1027,), {**LLADA_V, "prompt": 1070}),
     )
 }
 
@@ -122,11 +121,10 @@ class Settings:
                    workload=workload)  # fmt: skip
 
 
-def random_config(vision_tokens: int = 2916, generation: GenerationConfig | None = None):
+def random_config(vision_tokens: int = 2916):
     """The benchmark's model: the fixture's width (hidden 128, 8 layers, 4 heads, MLP 384) with random weights,
-    LLaDA-V's RoPE base, the Seer statistic at layer 0 (an early exit of 1/8 of a step, as layer 3 of 32), a vision
-    tile of ``vision_tokens`` patches so the prompt buckets reach 4096 (vision is not benchmarked), and
-    ``generation`` as its defaults (LLaDA-V's 128 / 128 / 128 when None)."""
+    LLaDA-V's RoPE base, the Seer statistic at layer 0 (an early exit of 1/8 of a step, as layer 3 of 32), and a
+    vision tile of ``vision_tokens`` patches so the prompt buckets reach 4096 (vision is not benchmarked)."""
     from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 
     side = int(round(vision_tokens**0.5))
@@ -137,7 +135,7 @@ def random_config(vision_tokens: int = 2916, generation: GenerationConfig | None
                             image_size=2 * side, patch_size=2),
         image_aspect_ratio="pad",
         seer=SeerConfig(probe_layer=0, label="random weights: step-zero cost only"),
-        generation=generation or GenerationConfig(),
+        generation=GenerationConfig(),
         system_prompt=None,
     )  # fmt: skip
 
@@ -242,18 +240,21 @@ def end_to_end(pipe: SeerPipeline, settings: Settings, image: int, n: int, progr
     reuse = CacheConfig("reuse", settings.refresh)
     forecast = CacheConfig("forecast", settings.refresh)
     measured = (image, n) in settings.baseline_cells
-    modes = [m for m in MODES if m != "baseline" or measured]
+    modes = [m for m in MODES if not m.startswith("baseline") or measured]
+    loop = FAMILIES[SHAPES[settings.workload].family].own_loop(n)  # every mode: the family's steps and blocks for N
+    shape = {"gen_length": n, "steps": loop.steps, "block_length": loop.block_length, "decoding": "fixed"}
 
     def run(mode: str, k: int) -> tuple[float, int, int]:
         """(seconds, steps, refreshes) of request k in ``mode``."""
         true = settings.answers[k] + 1  # the stand-in answer and its <|eot_id|>
-        if mode == "baseline":
-            request = Request(texts[k], gen_length=n, seer=False, cache="none", decoding="fixed")
+        if mode.startswith("baseline"):
+            cache = reuse if mode == "baseline+cache" else "none"
+            request = Request(texts[k], seer=False, cache=cache, **shape)
         elif mode == "oracle+cache":
-            request = Request(texts[k], gen_length=n, window=true, decoding="fixed")
+            request = Request(texts[k], window=true, **shape)
         else:
             cache = {"seer": "none", "seer+reuse": reuse, "seer+forecast": forecast}[mode]
-            request = Request(texts[k], gen_length=n, window=min(n, true + margin), cache=cache, decoding="fixed")
+            request = Request(texts[k], window=min(n, true + margin), cache=cache, **shape)
         start = time.perf_counter()
         if mode.startswith("seer"):  # the early exit Seer runs before cutting the window (its boundary is moot here)
             run_step_zero(pipe.backend, embeds[k][None], np.ones((1, len(embeds[k])), dtype=bool), n, pipe.seer)
@@ -296,7 +297,7 @@ def end_to_end(pipe: SeerPipeline, settings: Settings, image: int, n: int, progr
         rows["baseline"] = {"latency_s": n * step, "tokens_per_s": tokens / (n * step * len(texts)),
                             "mean_steps": float(n), "mean_refreshes": float(n), "estimated": True,
                             "over_seer": {"value": float(np.median(secs["seer"])) / (n * step * len(texts))}}  # fmt: skip
-    rows = {m: rows[m] for m in MODES}
+    rows = {m: rows[m] for m in MODES if m in rows}  # baseline+cache: measured cells only
     return {"image_tokens": image, "prompt": int(np.mean([len(e) for e in embeds])), "gen_length": n,
             "answers": list(settings.answers), "refresh": settings.refresh, "modes": rows,
             "rounds_s": secs}  # fmt: skip
@@ -315,15 +316,8 @@ def bench_cache(engines: Path, settings: Settings, progress: Progress = lambda s
         raise ConfigError(f"--threads must be >= 1, got {settings.threads}")
     started = time.time()
     shape = SHAPES[settings.workload]
-    ensure_export(engines, progress, random_config(generation=shape.generation))
+    ensure_export(engines, progress)
     pipe = SeerPipeline.from_manifest(engines, threads=settings.threads)
-    for n in settings.gen_lengths:  # the baseline a request of gen_length n gets must be the family's own loop
-        got, want = pipe.settings(gen_length=n), FAMILIES[shape.family].own_loop(n)
-        if (got.steps, got.block_length) != (want.steps, want.block_length):
-            pipe.close()
-            raise ConfigError(f"--engines {engines}: its defaults give gen_length {n} {got.steps} steps in blocks of "
-                              f"{got.block_length}, not {shape.model}'s loop ({want.steps} in blocks of "
-                              f"{want.block_length}); pass a new --engines folder for --workload {shape.name}")  # fmt: skip
     largest = pipe.buckets.prompt[-1]
     if max(settings.image_tokens) + 2 * settings.text_tokens > largest:
         raise ConfigError(f"prompts of {max(settings.image_tokens)} image tokens exceed this export's largest prompt "
@@ -346,7 +340,7 @@ def bench_cache(engines: Path, settings: Settings, progress: Progress = lambda s
         "settings": dataclasses.asdict(settings),
         "machine": info,
         "workload": shape.name,
-        "baseline_loop": {n: dataclasses.asdict(FAMILIES[shape.family].own_loop(n)) for n in settings.gen_lengths},
+        "loop": {n: dataclasses.asdict(FAMILIES[shape.family].own_loop(n)) for n in settings.gen_lengths},
         "memory": memory(shape.dims),
         "step_times": steps,
         "end_to_end": cells,

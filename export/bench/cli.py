@@ -33,11 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
         "dispatch policies on two batches, and ONNX Runtime vs PyTorch eager, on an export of the fixture model "
         "(ratios of medians over interleaved rounds, measured in one run).",
     )
-    ap.add_argument("--workload", default="fixture", choices=("fixture", "llada-v-shaped", "lavida-shaped", "serving"),
+    ap.add_argument("--workload", default="fixture",
+                    choices=("fixture", "llada-v-shaped", "lavida-shaped", "mmada-shaped", "serving"),
                     help="fixture: the scenarios above on an export of the fixture (default); llada-v-shaped: the prompt "
                     "K/V cache at LLaDA-V's token counts on a random-weight model (seer_export.bench.cache); "
-                    "lavida-shaped: the same at LaViDa-LLaDA's (1008 and 616 image features) against LaViDa's own "
-                    "loop; serving: "
+                    "lavida-shaped / mmada-shaped: the same at LaViDa-LLaDA's (1008 and 616 image features) or "
+                    "MMaDA's (1027) counts, in that model's own loop; serving: "
                     "seer-serve on loopback at 1, 4 and 16 clients, continuous batching vs one request at a time, and "
                     "its overhead over SeerPipeline.generate (seer_export.bench.serving; needs the 'serve' extra)")  # fmt: skip
     add_engines(ap, "export folder (seer-export); llada-v-shaped: its random model's export, written there when the "
@@ -73,7 +74,7 @@ def work(args: argparse.Namespace, command: str) -> int:
     def progress(text: str) -> None:
         print(f"[{time.time() - t0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
-    if args.workload in ("llada-v-shaped", "lavida-shaped"):
+    if args.workload in ("llada-v-shaped", "lavida-shaped", "mmada-shaped"):
         from seer_export.bench import cache
 
         return cache.run(args, command, progress)

@@ -33,7 +33,6 @@ from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
 from seer_trt.cli.common import Parser, add_verbose, run_main
 from seer_trt.contracts.errors import ConfigError
-from seer_trt.contracts.geometry import LLADA_V_PINPOINTS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -134,16 +133,15 @@ def model_layout(model: str, layers: int) -> LLaDAVConfig:
     if model == "llada-v":
         return llada_v_layout(layers)
     family = FAMILIES[model]
-    cfg = dataclasses.replace(llada_v_layout(layers), naming="llada-native", family=model,
-                              image_aspect_ratio=family.image_aspect_ratio,
-                              image_grid_pinpoints=family.image_grid_pinpoints or LLADA_V_PINPOINTS,
-                              generation=family.generation)  # fmt: skip
+    base = llada_v_layout(layers)
+    extra = {}
     if family.front_end == "magvitv2":  # MMaDA: 126,464 text rows + 8,192 codes, padded to 134,656
-        cfg = dataclasses.replace(cfg, text=dataclasses.replace(cfg.text, vocab_size=134656),
-                                  vision=VisionConfig(**family.vision_defaults), codebook_size=8192,
-                                  image_prefix_ids=family.image_prefix_ids, image_suffix_ids=family.image_suffix_ids,
-                                  image_token_offset=126349)  # fmt: skip
-    return cfg
+        extra = dict(text=dataclasses.replace(base.text, vocab_size=134656), vision=VisionConfig(**family.vision_defaults),
+                     codebook_size=8192, image_prefix_ids=family.image_prefix_ids,
+                     image_suffix_ids=family.image_suffix_ids, image_token_offset=126349)  # fmt: skip
+    return dataclasses.replace(base, naming="llada-native", family=model, image_aspect_ratio=family.image_aspect_ratio,
+                               image_grid_pinpoints=family.image_grid_pinpoints, generation=family.generation,
+                               **extra)  # fmt: skip
 
 
 PROG = "python -m seer_export.models.random_checkpoint"
