@@ -13,6 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from adapter_checks import (
+    calibrates,
+    export_of,
+    runtime_equals_reference,
+    samples_with_images,
+    serves_in_triton_repositories,
+)
 from tiny_models import tiny_lavida_config
 
 from seer_export.models import registry
@@ -20,7 +27,6 @@ from seer_export.models.families import FAMILIES
 from seer_export.models.loading import INDEX_FILE, load_model
 from seer_export.models.random_checkpoint import write_random_checkpoint
 from seer_trt.contracts.errors import CheckpointError, ConfigError
-from seer_trt.eval.tasks import make_samples
 from seer_trt.runtime.image import anyres_tiles
 
 SIZES = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (28, 28), (40, 120)]
@@ -134,24 +140,7 @@ def test_anyres_images_merge_at_the_pooled_side(checkpoint):
 
 @pytest.fixture(scope="module")
 def export(checkpoint, tmp_path_factory):
-    from seer_export.onnx.options import ExportOptions
-    from seer_export.onnx.run import run_export
-
-    out = tmp_path_factory.mktemp("lavida-export") / "engines"
-    options = ExportOptions(model="lavida-llada", checkpoint=checkpoint, out=out, samples=4)
-    return out, run_export(options, log=lambda line: None)
-
-
-def samples_with_images(n: int = 40):
-    """Held-out questions; those with a picture get one of SIZES (grids 1 x 2 to 3 x 1, crops either way)."""
-    rng = np.random.default_rng(7)
-    out = []
-    for i, s in enumerate(make_samples(13, n, 7, 4)):
-        if s.image is not None:
-            h, w = SIZES[i % len(SIZES)]
-            s = type(s)(s.task, s.question, s.answer, rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-        out.append(s)
-    return out
+    return export_of("lavida-llada", checkpoint, tmp_path_factory.mktemp("lavida-export") / "engines")
 
 
 @pytest.mark.slow
@@ -169,17 +158,12 @@ def test_export_passes_parity_and_records_the_family(export):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lavida_loop", "early_stop", "seer"])
 def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
+    """40 held-out prompts, 13 with an image (grids 1 x 2 to 3 x 1, crops either way)."""
     from seer_export.reference.fixture import TaskEncoder
-    from seer_export.reference.sampler import generate
-    from seer_export.reference.seer import seer_generate
     from seer_trt.runtime.pipeline import SeerPipeline
-    from seer_trt.runtime.request import Request
 
     out, manifest = export
-    samples = samples_with_images()
-    assert sum(s.image is not None for s in samples) >= 10
     model = load_model(checkpoint)
-    enc = TaskEncoder(checkpoint, model.config)
     pipe = SeerPipeline.from_manifest(out)
     default = manifest.generation  # LaViDa's loop: one token a step in blocks of min(128, N)
     assert (default.gen_length, default.steps, default.block_length) == (256, 256, 128)
@@ -190,19 +174,9 @@ def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
         assert gen == FAMILIES["lavida-llada"].own_loop(16)
     long = pipe.settings(gen_length=256)
     assert (pipe.settings(gen_length=64).block_length, long.steps, long.block_length) == (64, 256, 128)
-    with torch.no_grad():
-        prefix, valid = enc.prefix(model, samples)
-        if mode == "seer":
-            ref = seer_generate(model, prefix, valid, gen, enc.special, manifest.seer)[0]
-        else:
-            ref = generate(model, prefix, valid, gen, enc.special, early_stop=mode == "early_stop")
-    results = pipe.generate([Request(s.question, s.image, gen_length=16, seer=mode == "seer", decoding=gen.decoding,
-                                     early_stop=mode == "early_stop", cache="none") for s in samples])  # fmt: skip
+    samples = samples_with_images(SIZES, 7, 4)
+    ref = runtime_equals_reference(pipe, manifest, model, TaskEncoder(checkpoint, model.config), samples, gen, mode)
     pipe.close()
-    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
-    assert [r.kept for r in results] == ref.kept.tolist()
-    assert [r.steps for r in results] == ref.steps.tolist()
-    assert [list(r.window) for r in results] == [row[:k].tolist() for row, k in zip(ref.tokens, ref.kept, strict=True)]
     if mode == "lavida_loop":
         assert set(ref.steps.tolist()) == {gen.gen_length}  # no stop: every position, one a step
     if mode == "seer":
@@ -233,14 +207,9 @@ def test_lavidas_loop_suppresses_no_special_id(checkpoint):
 
 @pytest.mark.slow
 def test_seer_calibrate_runs_on_the_adapter(checkpoint, tmp_path):
-    """seer-calibrate --model lavida-llada: the step-zero signals per layer on held-out prompts (with images) and a
-    chosen calibration, written to --out (random weights: whether a layer meets the bar is not the point here)."""
-    from seer_export.calibrate import main as calibrate_main
+    calibrates("lavida-llada", checkpoint, tmp_path / "cal")
 
-    out = tmp_path / "cal"
-    argv = ["--model", "lavida-llada", "--checkpoint", str(checkpoint), "--n", "12", "--gen-length", "16",
-            "--out", str(out)]  # fmt: skip
-    assert calibrate_main(argv) == 0
-    report = json.loads((out / "calibration.json").read_text())
-    assert report["model"] == "lavida-llada" and report["chosen"]["probe_layer"] < 3
-    assert (out / "step_zero_profile.png").is_file()
+
+@pytest.mark.slow
+def test_triton_repository_serves_the_front_end_graph(export, tmp_path):
+    serves_in_triton_repositories(*export, "vision", tmp_path)

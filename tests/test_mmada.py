@@ -12,6 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from adapter_checks import (
+    calibrates,
+    export_of,
+    runtime_equals_reference,
+    samples_with_images,
+    serves_in_triton_repositories,
+)
 from tiny_models import tiny_magvit, tiny_mmada_config
 
 from seer_export.models import registry
@@ -20,7 +27,6 @@ from seer_export.models.loading import INDEX_FILE, load_model
 from seer_export.models.magvit import IMAGE_TOKENIZER_DIR
 from seer_export.models.random_checkpoint import write_random_checkpoint
 from seer_trt.contracts.errors import CheckpointError, ConfigError
-from seer_trt.eval.tasks import make_samples
 from seer_trt.runtime.image import center_crop_tile
 
 SIZES = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (16, 16), (40, 120)]
@@ -47,6 +53,11 @@ def test_checkpoint_is_stored_under_mmadas_names_and_loads_only_as_mmada(checkpo
     assert {"encoder.conv_in.weight", "encoder.down.0.downsample.conv.weight", "encoder.mid.attn_1.q.weight",
             "encoder.down.1.block.0.nin_shortcut.weight", "encoder.quant_conv.weight", "decoder.conv_in.weight",
             "quantize.embedding"} <= vq  # fmt: skip
+    from safetensors.torch import load_file
+
+    buffers = load_file(checkpoint / IMAGE_TOKENIZER_DIR / "quantizer.safetensors")  # as LFQuantizer derives them
+    assert buffers["quantize.power_vals"].tolist() == [8, 4, 2, 1]
+    assert buffers["quantize.embedding"][5].tolist() == [-1, 1, -1, 1]  # 0101
     model, _ = registry.load("mmada", checkpoint)
     cfg = model.config
     assert (cfg.family, cfg.naming, cfg.image_token_offset, cfg.features_per_tile) == ("mmada", "llada-native", 83, 64)
@@ -120,23 +131,7 @@ def test_center_crop_keeps_the_middle_of_the_long_side():
 
 @pytest.fixture(scope="module")
 def export(checkpoint, tmp_path_factory):
-    from seer_export.onnx.options import ExportOptions
-    from seer_export.onnx.run import run_export
-
-    out = tmp_path_factory.mktemp("mmada-export") / "engines"
-    options = ExportOptions(model="mmada", checkpoint=checkpoint, out=out, samples=4)
-    return out, run_export(options, log=lambda line: None)
-
-
-def samples_with_images(n: int = 40):
-    rng = np.random.default_rng(7)
-    out = []
-    for i, s in enumerate(make_samples(13, n, 8, 2)):
-        if s.image is not None:
-            h, w = SIZES[i % len(SIZES)]
-            s = type(s)(s.task, s.question, s.answer, rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
-        out.append(s)
-    return out
+    return export_of("mmada", checkpoint, tmp_path_factory.mktemp("mmada-export") / "engines")
 
 
 @pytest.mark.slow
@@ -155,18 +150,15 @@ def test_export_holds_the_image_tokenizer_graph_and_passes_parity(export):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["mmada_loop", "early_stop", "seer"])
 def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
+    """40 held-out prompts, 13 with an image of ten shapes, centre-cropped."""
     from seer_export.reference.fixture import TaskEncoder
-    from seer_export.reference.sampler import generate
-    from seer_export.reference.seer import seer_generate
     from seer_trt.runtime.pipeline import SeerPipeline
-    from seer_trt.runtime.request import Request
 
     out, manifest = export
-    samples = samples_with_images()
-    assert sum(s.image is not None for s in samples) >= 10
     model = load_model(checkpoint)
     enc = TaskEncoder(checkpoint, model.config)
     pipe = SeerPipeline.from_manifest(out)
+    samples = samples_with_images(SIZES, 8, 2)
     with_image = next(s for s in samples if s.image is not None)
     assert pipe.prompts.ids(with_image.question, True)[:4] == [99, 100, -200, 101]  # <|mmu|><|soi|> image <|eoi|>
     assert pipe.prompts.ids(with_image.question, True) == enc.prompt_ids(with_image)
@@ -174,34 +166,17 @@ def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
     if mode == "mmada_loop":  # inference_mmu.py's: N / 2 steps in blocks of N / 4, the fixed rule
         gen = pipe.settings(gen_length=16, steps=8, block_length=4, decoding="fixed")
         assert gen == FAMILIES["mmada"].own_loop(16)
-    with torch.no_grad():
-        prefix, valid = enc.prefix(model, samples)
-        if mode == "seer":
-            ref = seer_generate(model, prefix, valid, gen, enc.special, manifest.seer)[0]
-        else:
-            ref = generate(model, prefix, valid, gen, enc.special, early_stop=mode == "early_stop")
-    results = pipe.generate([Request(s.question, s.image, gen_length=16, steps=gen.steps, decoding=gen.decoding,
-                                     block_length=gen.block_length, seer=mode == "seer",
-                                     early_stop=mode == "early_stop", cache="none") for s in samples])  # fmt: skip
+    ref = runtime_equals_reference(pipe, manifest, model, enc, samples, gen, mode)
     pipe.close()
-    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
-    assert [r.kept for r in results] == ref.kept.tolist()
-    assert [r.steps for r in results] == ref.steps.tolist()
-    assert [list(r.window) for r in results] == [row[:k].tolist() for row, k in zip(ref.tokens, ref.kept, strict=True)]
     if mode == "mmada_loop":
         assert set(ref.steps.tolist()) == {8}  # no stop: two tokens a step
 
 
 @pytest.mark.slow
 def test_seer_calibrate_runs_on_the_adapter(checkpoint, tmp_path):
-    """seer-calibrate --model mmada: the step-zero signals per layer on held-out prompts (with images) and a
-    chosen calibration, written to --out (random weights: whether a layer meets the bar is not the point here)."""
-    from seer_export.calibrate import main as calibrate_main
+    calibrates("mmada", checkpoint, tmp_path / "cal")
 
-    out = tmp_path / "cal"
-    argv = ["--model", "mmada", "--checkpoint", str(checkpoint), "--n", "12", "--gen-length", "16",
-            "--out", str(out)]  # fmt: skip
-    assert calibrate_main(argv) == 0
-    report = json.loads((out / "calibration.json").read_text())
-    assert report["model"] == "mmada" and report["chosen"]["probe_layer"] < 3
-    assert (out / "step_zero_profile.png").is_file()
+
+@pytest.mark.slow
+def test_triton_repository_serves_the_front_end_graph(export, tmp_path):
+    serves_in_triton_repositories(*export, "image_tokens", tmp_path)

@@ -817,3 +817,47 @@ def test_readme_client_snippet_runs_against_the_server(server):
     assert out.returncode == 0, out.stderr[-2000:]
     text, kept, steps = out.stdout.split()[:-2], *out.stdout.split()[-2:]
     assert " ".join(text) == "1 2 3 4 5" and int(kept) >= 1 and int(steps) >= 1
+
+
+@pytest.fixture(scope="module")
+def mmada_server(tmp_path_factory, triton_install):
+    """A random MMaDA export (its image_tokens graph, ids embedded by embed, the image before the question) served from
+    a CPU repository, and the Python pipeline on the same export."""
+    import torch
+    from tiny_models import tiny_magvit, tiny_mmada_config
+
+    from seer_export.cli import main as export_main
+    from seer_export.models.random_checkpoint import write_random_checkpoint
+    from seer_trt.runtime.pipeline import SeerPipeline
+
+    root = tmp_path_factory.mktemp("mmada-triton")
+    write_random_checkpoint(root / "ckpt", tiny_mmada_config(), dtype=torch.float32, gain=3.0,
+                            image_tokenizer=tiny_magvit())  # fmt: skip
+    assert export_main(["--model", "mmada", "--checkpoint", str(root / "ckpt"), "--out", str(root / "engines"),
+                        "--no-validate"]) == 0  # fmt: skip
+    repo = write_repository(plan_repository(root / "engines", flavour="cpu", instances=1), root / "repo")
+    pipe = SeerPipeline.from_manifest(root / "engines")
+    with LocalServer(repo, ServerInstall.find(triton_install.home), start_timeout=600) as running:
+        yield running, pipe
+    pipe.close()
+
+
+@pytest.mark.serving
+def test_an_mmada_export_answers_as_the_pipeline_does(mmada_server):
+    import tritonclient.http as httpclient
+
+    from seer_trt.runtime.request import Request
+
+    server, pipe = mmada_server
+    rng = np.random.default_rng(4)
+    images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((12, 40), (33, 20))]
+    cases = [Case("count the shapes one by one .", png(im), gen_length=16) for im in images]
+    cases.append(Case("count to 5 .", gen_length=16))
+    want = pipe.generate([Request(c.prompt, c.image, gen_length=16, cache="none") for c in cases])  # PNG bytes too
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=TIMEOUT_S, connection_timeout=TIMEOUT_S)
+    try:
+        for case, w in zip(cases, want, strict=True):
+            got = answer(client.infer("seer", inputs(httpclient, case)))
+            assert got == {"text": w.text, "token_ids": list(w.token_ids), "kept": w.kept, "steps": w.steps}
+    finally:
+        client.close()

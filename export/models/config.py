@@ -21,7 +21,7 @@ from typing import Any
 
 from seer_export.models.families import FAMILIES, get_family, infer_family
 from seer_export.models.magvit import MagvitConfig
-from seer_export.models.names import NAMINGS, NATIVE_CONFIG_KEYS, NATIVE_REQUIRED
+from seer_export.models.names import NAMINGS, NATIVE_CONFIG_KEYS, NATIVE_REQUIRED, NATIVE_WRITTEN
 from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SeerConfig, read_json
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import LLADA_V_PINPOINTS, parse_pinpoints
@@ -214,9 +214,9 @@ class LLaDAVConfig:
         if self.naming == "llada-native":
             back = {v: k for k, v in NATIVE_CONFIG_KEYS.items()}
             text = {back.get(k, k): v for k, v in text.items()}
-            text |= {"embedding_size": self.text.vocab_size, **NATIVE_REQUIRED}
+            text |= {"embedding_size": self.text.vocab_size, **NATIVE_REQUIRED, **NATIVE_WRITTEN}
         return {
-            "model_type": "llava_llada",
+            "model_type": "mmada" if self.family == "mmada" else "llava_llada",
             "family": self.family,
             **text,
             **(

@@ -88,3 +88,29 @@ def to_module(name: str, naming: str) -> str:
 def to_checkpoint(name: str, naming: str) -> str:
     """The checkpoint's name, under ``naming``, of the module's tensor ``name``."""
     return name if naming == "llada-v" else _apply(_TO_CHECKPOINT, name)
+
+
+# the rest of a native config.json, as GSAI-ML/LLaDA-8B-Instruct's has it: written (random checkpoints, so that the
+# official modeling code loads them too), never read; none changes the forward pass in eval mode
+NATIVE_WRITTEN = {
+    "mlp_ratio": 4,
+    "block_group_size": 1,
+    "alibi_bias_max": 8.0,
+    "rope_full_precision": True,
+    "flash_attention": False,
+    "attention_dropout": 0.0,
+    "residual_dropout": 0.0,
+    "embedding_dropout": 0.0,
+    "multi_query_attention": None,
+    "attention_layer_norm": False,
+    "layer_norm_with_affine": True,
+    "attention_layer_norm_with_affine": True,
+    "max_sequence_length": 4096,
+    "bias_for_layer_norm": False,
+    "init_device": "meta",
+    "init_fn": "mitchell",
+    "init_std": 0.02,
+    "init_cutoff_factor": None,
+    "precision": "amp_bf16",
+    "use_cache": False,
+}

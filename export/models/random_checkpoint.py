@@ -32,6 +32,7 @@ from seer_export.models.magvit import IMAGE_TOKENIZER_DIR, MagvitConfig, MagvitT
 from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
 from seer_trt.cli.common import Parser, add_verbose, run_main
+from seer_trt.contracts.config import SpecialTokens
 from seer_trt.contracts.errors import ConfigError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -66,9 +67,14 @@ def write_random_checkpoint(
     with torch.device("meta"):  # stored under the checkpoint's names: LLaDA-V's, or LLaDA's native (cfg.naming)
         shapes = {to_checkpoint(n, cfg.naming): tuple(t.shape) for n, t in LLaDAV(cfg).state_dict().items()}
     _write_tensors(folder, shapes, lambda name: "norm" in to_module(name, cfg.naming), dtype, seed, gain, shard_bytes)
-    (folder / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
     for file in TOKENIZER_FILES:
         shutil.copy2(Path(tokenizer_from) / file, folder / file)
+    data = cfg.to_dict()
+    if cfg.naming == "llada-native":  # the token ids a native config names, as LLaDA's modeling code reads them
+        special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
+        data |= {"eos_token_id": special.endoftext_id, "pad_token_id": special.endoftext_id,
+                 "mask_token_id": special.mask_id}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
     if not cfg.has_tower:
         write_image_tokenizer(folder / IMAGE_TOKENIZER_DIR, image_tokenizer or MagvitConfig(), dtype, seed + 1, gain)
     return folder
@@ -79,9 +85,19 @@ def write_image_tokenizer(folder: Path, cfg: MagvitConfig, dtype: torch.dtype, s
     folder.mkdir(parents=True, exist_ok=True)
     with torch.device("meta"):
         shapes = {n: tuple(t.shape) for n, t in MagvitTokenizer(cfg).state_dict().items()}
-    shapes |= {"decoder.conv_in.weight": (cfg.ch, cfg.z_channels, 3, 3), "quantize.power_vals": (cfg.z_channels,),
-               "quantize.embedding": (cfg.codebook_size, cfg.z_channels)}  # fmt: skip
+    shapes["decoder.conv_in.weight"] = (cfg.ch, cfg.z_channels, 3, 3)
     _write_tensors(folder, shapes, lambda name: "norm" in name and name.endswith(".weight"), dtype, seed, gain)
+    # the quantizer's buffers as LFQuantizer derives them: 2^(z-1) .. 1 (int64), and every code's bits as -1 / +1
+    from safetensors.torch import save_file
+
+    powers = 2 ** torch.arange(cfg.z_channels - 1, -1, -1)
+    bits = (torch.arange(cfg.codebook_size)[:, None] >> torch.arange(cfg.z_channels - 1, -1, -1)) & 1
+    save_file({"quantize.power_vals": powers, "quantize.embedding": bits.float() * 2 - 1},
+              str(folder / "quantizer.safetensors"), metadata={"format": "pt"})  # fmt: skip
+    index = json.loads((folder / INDEX_FILE).read_text())
+    index["weight_map"] |= dict.fromkeys(("quantize.power_vals", "quantize.embedding"), "quantizer.safetensors")
+    index["metadata"]["total_size"] += powers.numel() * 8 + bits.numel() * 4
+    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
     data = {"_class_name": "MAGVITv2", **{k: v for k, v in cfg.to_dict().items() if k != "image_size"}}
     (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
     return folder
