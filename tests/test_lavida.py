@@ -213,3 +213,28 @@ def test_seer_calibrate_runs_on_the_adapter(checkpoint, tmp_path):
 @pytest.mark.slow
 def test_triton_repository_serves_the_front_end_graph(export, tmp_path):
     serves_in_triton_repositories(*export, "vision", tmp_path)
+
+
+def test_a_config_in_lavidas_own_keys_gets_the_familys_defaults():
+    """jacklishufan/lavida-llada-v1.0-instruct's config.json: LLaDA's native keys beside the LLaVA ones its training
+    wrote, no product key: the family fills in the pool, LaViDa's loop and LLaDA-V's (and LaViDa's) system prompt."""
+    from seer_export.models.config import LLaDAVConfig
+    from seer_export.models.families import LAVIDA_PINPOINTS, LLADA_V_SYSTEM
+    from seer_export.models.names import NATIVE_REQUIRED
+
+    data = {"model_type": "llava_llada", "d_model": 4096, "n_heads": 32, "n_kv_heads": 32, "n_layers": 32,
+            "mlp_hidden_size": 12288, "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "vocab_size": 126464,
+            "embedding_size": 126464, "mm_hidden_size": 1152, "mm_projector_type": "mlp2x_gelu",
+            "mm_vision_tower": "google/siglip-so400m-patch14-384", "mm_patch_merge_type": "spatial_unpad",
+            "image_aspect_ratio": "anyres", "image_grid_pinpoints": [list(p) for p in LAVIDA_PINPOINTS],
+            **NATIVE_REQUIRED}  # fmt: skip
+    cfg = LLaDAVConfig.from_dict(data)
+    assert (cfg.family, cfg.naming, cfg.feature_side, cfg.features_per_tile) == (
+        "lavida-llada",
+        "llada-native",
+        14,
+        196,
+    )
+    assert cfg.grid_pinpoints == list(LAVIDA_PINPOINTS) and cfg.system_prompt == LLADA_V_SYSTEM
+    g = cfg.generation
+    assert (g.gen_length, g.steps, g.block_length) == (256, 256, 128) and cfg.has_tower

@@ -26,7 +26,7 @@ from seer_export.models.families import FAMILIES
 from seer_export.models.loading import INDEX_FILE, load_model
 from seer_export.models.magvit import IMAGE_TOKENIZER_DIR
 from seer_export.models.random_checkpoint import write_random_checkpoint
-from seer_trt.contracts.errors import CheckpointError, ConfigError
+from seer_trt.contracts.errors import CheckpointError, ConfigError, InputError
 from seer_trt.runtime.image import center_crop_tile
 
 SIZES = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (16, 16), (40, 120)]
@@ -49,15 +49,15 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_checkpoint_is_stored_under_mmadas_names_and_loads_only_as_mmada(checkpoint, tmp_path):
     names = set(json.loads((checkpoint / INDEX_FILE).read_text())["weight_map"])
     assert names and all(n.startswith("model.transformer.") for n in names)  # no vision tower, no projector
-    vq = set(json.loads((checkpoint / IMAGE_TOKENIZER_DIR / INDEX_FILE).read_text())["weight_map"])
+    from safetensors.torch import load_file
+
+    stored = load_file(checkpoint / IMAGE_TOKENIZER_DIR / "pytorch_model.safetensors")  # MMaDA's ModelMixin's name
+    vq = set(stored)
     assert {"encoder.conv_in.weight", "encoder.down.0.downsample.conv.weight", "encoder.mid.attn_1.q.weight",
             "encoder.down.1.block.0.nin_shortcut.weight", "encoder.quant_conv.weight", "decoder.conv_in.weight",
             "quantize.embedding"} <= vq  # fmt: skip
-    from safetensors.torch import load_file
-
-    buffers = load_file(checkpoint / IMAGE_TOKENIZER_DIR / "quantizer.safetensors")  # as LFQuantizer derives them
-    assert buffers["quantize.power_vals"].tolist() == [8, 4, 2, 1]
-    assert buffers["quantize.embedding"][5].tolist() == [-1, 1, -1, 1]  # 0101
+    assert stored["quantize.power_vals"].tolist() == [8, 4, 2, 1]  # the buffers as LFQuantizer derives them
+    assert stored["quantize.embedding"][5].tolist() == [-1, 1, -1, 1]  # 0101
     model, _ = registry.load("mmada", checkpoint)
     cfg = model.config
     assert (cfg.family, cfg.naming, cfg.image_token_offset, cfg.features_per_tile) == ("mmada", "llada-native", 83, 64)
@@ -88,12 +88,9 @@ def test_a_missing_encoder_tensor_is_named(checkpoint, tmp_path):
     from safetensors.torch import load_file, save_file
 
     broken = _copy(checkpoint, tmp_path / "broken")
-    folder = broken / IMAGE_TOKENIZER_DIR
-    index = json.loads((folder / INDEX_FILE).read_text())
+    file = broken / IMAGE_TOKENIZER_DIR / "pytorch_model.safetensors"
     gone = "encoder.mid.block_2.conv1.weight"
-    shard = index["weight_map"].pop(gone)
-    save_file({k: v for k, v in load_file(folder / shard).items() if k != gone}, str(folder / shard))
-    (folder / INDEX_FILE).write_text(json.dumps(index))
+    save_file({k: v for k, v in load_file(file).items() if k != gone}, str(file))
     with pytest.raises(CheckpointError, match=r"missing \[model\.image_tokenizer\.encoder\.mid\.block_2\.conv1"):
         load_model(broken)
 
@@ -162,9 +159,12 @@ def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
     with_image = next(s for s in samples if s.image is not None)
     assert pipe.prompts.ids(with_image.question, True)[:4] == [99, 100, -200, 101]  # <|mmu|><|soi|> image <|eoi|>
     assert pipe.prompts.ids(with_image.question, True) == enc.prompt_ids(with_image)
-    gen = pipe.settings(gen_length=16)
-    if mode == "mmada_loop":  # inference_mmu.py's: N / 2 steps in blocks of N / 4, the fixed rule
-        gen = pipe.settings(gen_length=16, steps=8, block_length=4, decoding="fixed")
+    gen = pipe.settings(gen_length=16)  # a request's N keeps MMaDA's shape: N / 2 steps in 4 blocks
+    assert (gen.steps, gen.block_length) == (8, 4)
+    with pytest.raises(InputError, match="splits the window into 4 blocks"):
+        pipe.settings(gen_length=18)
+    if mode == "mmada_loop":  # inference_mmu.py's, with the fixed rule (seer-trt's default is factor:1)
+        gen = pipe.settings(gen_length=16, decoding="fixed")
         assert gen == FAMILIES["mmada"].own_loop(16)
     ref = runtime_equals_reference(pipe, manifest, model, enc, samples, gen, mode)
     pipe.close()
@@ -180,3 +180,49 @@ def test_seer_calibrate_runs_on_the_adapter(checkpoint, tmp_path):
 @pytest.mark.slow
 def test_triton_repository_serves_the_front_end_graph(export, tmp_path):
     serves_in_triton_repositories(*export, "image_tokens", tmp_path)
+
+
+def test_a_config_in_mmadas_own_keys_gets_the_familys_defaults():
+    """Gen-Verse/MMaDA-8B's config.json: LLaDA's native keys and the codebook's, no product key: the family fills in
+    the 512 px / 16x image geometry, the centre crop, the marker ids, no system prompt and its loop."""
+    from seer_export.models.config import LLaDAVConfig
+    from seer_export.models.names import NATIVE_REQUIRED
+
+    data = {"model_type": "mmada", "d_model": 4096, "n_heads": 32, "n_kv_heads": 32, "n_layers": 32,
+            "mlp_hidden_size": 12288, "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "vocab_size": 126464,
+            "embedding_size": 126464, "new_vocab_size": 134656, "llm_vocab_size": 126464, "codebook_size": 8192,
+            "num_vq_tokens": 1024, **NATIVE_REQUIRED}  # fmt: skip
+    cfg = LLaDAVConfig.from_dict(data)
+    assert (cfg.family, cfg.naming, cfg.text.vocab_size, cfg.codebook_size) == ("mmada", "llada-native", 134656, 8192)
+    assert (cfg.features_per_tile, cfg.image_aspect_ratio, cfg.system_prompt) == (1024, "center_crop", None)
+    assert (cfg.image_prefix_ids, cfg.image_suffix_ids) == ((126089, 126084), (126085,))
+    g = cfg.generation
+    assert (g.gen_length, g.steps, g.block_length) == (512, 256, 128) and not cfg.has_tower
+
+
+@pytest.mark.slow
+def test_an_fp16_export_keeps_the_image_tokenizer_in_fp32(checkpoint, tmp_path):
+    """The codes are sign bits of the encoder's output, which fp16 rounding flips near zero: image_tokens stays fp32
+    (MMaDA runs its tokenizer in fp32) and its ids equal PyTorch's exactly; the rest is fp16. (No validation: a random
+    model's near-ties make fp16 token agreement a coin toss, test_export.py's fp16 check uses the trained fixture.)"""
+    from seer_export.onnx.options import ExportOptions
+    from seer_export.onnx.run import run_export
+    from seer_trt.backends.onnxruntime import OrtBackend
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request
+
+    out = tmp_path / "fp16"
+    options = ExportOptions(model="mmada", checkpoint=checkpoint, out=out, dtype="fp16", validate=False)
+    manifest = run_export(options, log=lambda line: None)
+    assert manifest.graphs["image_tokens"].precision == "float32" and manifest.graphs["denoise"].precision == "float16"
+    assert [t.dtype for t in manifest.graph("image_tokens").spec.inputs] == ["float32"]
+    pixels = np.random.default_rng(0).uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)
+    backend = OrtBackend(out, manifest)
+    got = backend.run("image_tokens", {"pixel_values": pixels})["image_ids"]
+    with torch.no_grad():
+        want = load_model(checkpoint).image_ids(torch.from_numpy(pixels)).numpy()
+    np.testing.assert_array_equal(got, want)
+    pipe = SeerPipeline(out, manifest, backend)
+    (result,) = pipe.generate([Request("count the shapes .", np.zeros((20, 30, 3), dtype=np.uint8), gen_length=16)])
+    pipe.close()
+    assert result.ok, result.error

@@ -281,6 +281,11 @@ Manifest Manifest::read(const std::string& folder) {
 
   const json& model = field(data, "model", path);
   m.hidden_size = get<int64_t>(model, "hidden_size", "manifest model");
+  if (model.contains("loop_blocks") && !model["loop_blocks"].is_null()) {  // absent before 2.3
+    m.loop_blocks = get<int64_t>(model, "loop_blocks", "manifest model");
+    if (m.loop_blocks < 1)
+      throw manifest_error(path + ": model.loop_blocks is " + std::to_string(m.loop_blocks) + "; expected >= 1 or null");
+  }
   m.vocab_size = get<int64_t>(model, "vocab_size", "manifest model");
 
   const json& vision = field(data, "vision", path);

@@ -123,6 +123,7 @@ struct WeightsInfo {
 struct Manifest {
   std::string schema_version;
   int64_t hidden_size = 0, vocab_size = 0;
+  int64_t loop_blocks = 0;  // model.loop_blocks: a request's gen_length N in that many blocks (MMaDA: 4); 0: none
   VisionInfo vision;
   SpecialTokens special{};
   std::string tokenizer;  // folder, relative to the manifest

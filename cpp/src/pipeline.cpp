@@ -80,10 +80,16 @@ GenerationConfig Pipeline::Impl::generation(const Request& r) const {
       throw input_error(err.what());
     }
   }
-  if (r.gen_length) {  // a new window keeps the default's shape: one block (or blocks of at most the default's,
-    const int64_t n = *r.gen_length;  // LaViDa's min(128, N)), the default's steps per token
+  if (r.gen_length) {  // a new window keeps the default's shape: one block, blocks of at most the default's
+    const int64_t n = *r.gen_length;  // (LaViDa's min(128, N)) or k of them (MMaDA's N / 4), the steps per token
+    const int64_t k = manifest.loop_blocks;
+    if (k && !r.block_length && n % k)
+      throw input_error("gen_length " + std::to_string(n) + ": this model's loop splits the window into " +
+                        std::to_string(k) + " blocks; ask for a multiple of " + std::to_string(k) +
+                        ", or pass block_length");
     gen.gen_length = n;
     gen.block_length = r.block_length                          ? *r.block_length
+                       : k                                     ? n / k
                        : base.block_length == base.gen_length ? n
                                                                : std::min(base.block_length, n);
     gen.steps = r.steps ? *r.steps : std::max<int64_t>(1, n * base.steps / base.gen_length);

@@ -19,17 +19,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from seer_export.models.families import FAMILIES, get_family, infer_family
+from seer_export.models.families import FAMILIES, LLADA_V_SYSTEM, get_family, infer_family
 from seer_export.models.magvit import MagvitConfig
 from seer_export.models.names import NAMINGS, NATIVE_CONFIG_KEYS, NATIVE_REQUIRED, NATIVE_WRITTEN
 from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SeerConfig, read_json
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import LLADA_V_PINPOINTS, parse_pinpoints
-
-LLADA_V_SYSTEM = (
-    "You are a helpful language and vision assistant. You are able to understand the visual content that the "
-    "user provides, and assist the user with a variety of tasks using natural language."
-)  # conv_llava_llada in LLaDA-V's conversation.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +187,7 @@ class LLaDAVConfig:
             generation=GenerationConfig.from_dict({"decoding": DEFAULT_DECODING, **data["generation"]})
             if "generation" in data
             else family.generation,
-            system_prompt=data.get("system_prompt", LLADA_V_SYSTEM),
+            system_prompt=data.get("system_prompt", family.system_prompt),
             naming=naming,
             family=family.name,
             image_prefix_ids=data.get("image_prefix_ids", family.image_prefix_ids),

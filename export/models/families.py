@@ -36,6 +36,11 @@ from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, Specia
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import LLADA_V_PINPOINTS
 
+LLADA_V_SYSTEM = (
+    "You are a helpful language and vision assistant. You are able to understand the visual content that the "
+    "user provides, and assist the user with a variety of tasks using natural language."
+)  # conv_llava_llada in LLaDA-V's conversation.py, and in LaViDa's (its "llada" template)
+
 # LaViDa's training scripts (scripts/train/exps/cluster/llada-hd-llada-s*.sh): --image_grid_pinpoints
 LAVIDA_PINPOINTS = ((384, 768), (768, 384), (768, 768), (1152, 384), (384, 1152))
 
@@ -57,6 +62,9 @@ class Family:
     vision_defaults: dict = dataclasses.field(default_factory=dict)  # VisionConfig keys when config.json has none
     image_prefix_ids: tuple[int, ...] = ()  # ids before an image's codes (before_prompt placement)
     image_suffix_ids: tuple[int, ...] = ()  # and after them
+    system_prompt: str | None = LLADA_V_SYSTEM  # when config.json names none; MMaDA's inference_mmu.py sends none
+    # a request's gen_length N: None keeps blocks of at most the default's; k splits N into k blocks (MMaDA: 4)
+    loop_blocks: int | None = None
 
     def own_loop(self, gen_length: int) -> GenerationConfig:
         """The family's official loop over ``gen_length`` positions (the baseline its users run), by confidence (the
@@ -104,6 +112,8 @@ FAMILIES = MappingProxyType(
                 # training/prompting_utils.py reserved_token_mapping (use_reserved_token=True)
                 image_prefix_ids=(126089, 126084),  # <|mmu|>, <|soi|>
                 image_suffix_ids=(126085,),  # <|eoi|>
+                system_prompt=None,
+                loop_blocks=4,
             ),
         )
     }

@@ -25,7 +25,13 @@ import torch
 
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
-from seer_export.models.magvit import IMAGE_TOKENIZER_DIR, IMAGE_TOKENIZER_REPO, UNUSED_PREFIXES, MagvitConfig
+from seer_export.models.magvit import (
+    IMAGE_TOKENIZER_DIR,
+    IMAGE_TOKENIZER_FILES,
+    IMAGE_TOKENIZER_REPO,
+    UNUSED_PREFIXES,
+    MagvitConfig,
+)
 from seer_export.models.names import to_checkpoint, to_module
 from seer_trt.contracts.errors import CheckpointError, ConfigError
 
@@ -233,7 +239,7 @@ def _weight_map(folder: Path) -> dict[str, Path]:
     return {name: folder / shard for name, shard in weight_map.items()}
 
 
-def load_state(folder: str | Path) -> CheckpointTensors:
+def load_state(folder: str | Path, single: tuple[str, ...] = (SINGLE_FILE,)) -> CheckpointTensors:
     """Index a checkpoint's tensors from their safetensors headers; no weight data is read.
 
     Args:
@@ -249,13 +255,14 @@ def load_state(folder: str | Path) -> CheckpointTensors:
     """
     folder = Path(folder)
     if not (folder / INDEX_FILE).is_file():
-        if (folder / SINGLE_FILE).is_file():
-            shapes, dtypes = _header(folder / SINGLE_FILE)
-            return CheckpointTensors(folder, {n: folder / SINGLE_FILE for n in shapes}, shapes, dtypes)
+        for name in single:
+            if (folder / name).is_file():
+                shapes, dtypes = _header(folder / name)
+                return CheckpointTensors(folder, {n: folder / name for n in shapes}, shapes, dtypes)
         shards = sorted(p.name for p in folder.glob("model-*-of-*.safetensors"))
         hint = f"shards {_names(shards, 3)} are there but {INDEX_FILE} is not; copy it too" if shards else ""
         raise CheckpointError(
-            f"no {SINGLE_FILE} or {INDEX_FILE} in {folder} (found {_listing(folder)}); "
+            f"no {' / '.join(single)} or {INDEX_FILE} in {folder} (found {_listing(folder)}); "
             + (hint or "only safetensors checkpoints are supported: convert .bin weights or re-download")
         )
     files = _weight_map(folder)
@@ -336,7 +343,11 @@ def read_config(folder: Path) -> LLaDAVConfig:
     cfg = LLaDAVConfig.from_file(path)
     if cfg.has_tower:
         return cfg
-    if cfg.image_token_offset is None and (folder / "tokenizer.json").is_file():
+    if cfg.image_token_offset is None:
+        if not (folder / "tokenizer.json").is_file():
+            raise CheckpointError(f"{folder} has no tokenizer.json: MMaDA's image ids start at the tokenizer's length "
+                                  f"(len(text_tokenizer)); copy the model's tokenizer files there, or set "
+                                  f"image_token_offset in config.json")  # fmt: skip
         from tokenizers import Tokenizer
 
         size = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
@@ -357,7 +368,8 @@ def model_state(folder: Path, cfg: LLaDAVConfig) -> CheckpointTensors:
     ckpt = load_state(folder)
     if cfg.magvit is None:
         return ckpt
-    return ckpt.merged(load_state(find_image_tokenizer(folder)), "model.image_tokenizer.", UNUSED_PREFIXES)
+    tokenizer = load_state(find_image_tokenizer(folder), IMAGE_TOKENIZER_FILES)
+    return ckpt.merged(tokenizer, "model.image_tokenizer.", UNUSED_PREFIXES)
 
 
 def load_model(folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> LLaDAV:

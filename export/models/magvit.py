@@ -169,3 +169,5 @@ class MagvitTokenizer(nn.Module):
 
 IMAGE_TOKENIZER_DIR = "image_tokenizer"  # a checkpoint folder's subfolder holding its image tokenizer
 IMAGE_TOKENIZER_REPO = "showlab/magvitv2"  # looked up in the local Hugging Face cache otherwise
+# single-file weights as MMaDA's ModelMixin saves them (SAFETENSORS_WEIGHTS_NAME), or diffusers / transformers spell them
+IMAGE_TOKENIZER_FILES = ("pytorch_model.safetensors", "diffusion_pytorch_model.safetensors", "model.safetensors")

@@ -28,7 +28,7 @@ from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
 from seer_export.models.families import FAMILIES
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import INDEX_FILE
-from seer_export.models.magvit import IMAGE_TOKENIZER_DIR, MagvitConfig, MagvitTokenizer
+from seer_export.models.magvit import IMAGE_TOKENIZER_DIR, IMAGE_TOKENIZER_FILES, MagvitConfig, MagvitTokenizer
 from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
 from seer_trt.cli.common import Parser, add_verbose, run_main
@@ -81,26 +81,37 @@ def write_random_checkpoint(
 
 
 def write_image_tokenizer(folder: Path, cfg: MagvitConfig, dtype: torch.dtype, seed: int, gain: float) -> Path:
-    """A random MAGVIT-v2 in showlab/magvitv2's layout: the encoder, one decoder tensor, the quantizer's buffers."""
+    """A random MAGVIT-v2 in showlab/magvitv2's layout: one ``pytorch_model.safetensors`` (MMaDA's ``ModelMixin``
+    name) holding the encoder, one decoder tensor and the quantizer's buffers."""
     folder.mkdir(parents=True, exist_ok=True)
     with torch.device("meta"):
         shapes = {n: tuple(t.shape) for n, t in MagvitTokenizer(cfg).state_dict().items()}
     shapes["decoder.conv_in.weight"] = (cfg.ch, cfg.z_channels, 3, 3)
-    _write_tensors(folder, shapes, lambda name: "norm" in name and name.endswith(".weight"), dtype, seed, gain)
+    tensors = _random_tensors(shapes, lambda name: "norm" in name and name.endswith(".weight"), dtype, seed, gain)
     # the quantizer's buffers as LFQuantizer derives them: 2^(z-1) .. 1 (int64), and every code's bits as -1 / +1
+    tensors["quantize.power_vals"] = 2 ** torch.arange(cfg.z_channels - 1, -1, -1)
+    bits = (torch.arange(cfg.codebook_size)[:, None] >> torch.arange(cfg.z_channels - 1, -1, -1)) & 1
+    tensors["quantize.embedding"] = bits.float() * 2 - 1
     from safetensors.torch import save_file
 
-    powers = 2 ** torch.arange(cfg.z_channels - 1, -1, -1)
-    bits = (torch.arange(cfg.codebook_size)[:, None] >> torch.arange(cfg.z_channels - 1, -1, -1)) & 1
-    save_file({"quantize.power_vals": powers, "quantize.embedding": bits.float() * 2 - 1},
-              str(folder / "quantizer.safetensors"), metadata={"format": "pt"})  # fmt: skip
-    index = json.loads((folder / INDEX_FILE).read_text())
-    index["weight_map"] |= dict.fromkeys(("quantize.power_vals", "quantize.embedding"), "quantizer.safetensors")
-    index["metadata"]["total_size"] += powers.numel() * 8 + bits.numel() * 4
-    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    save_file(tensors, str(folder / IMAGE_TOKENIZER_FILES[0]), metadata={"format": "pt"})  # one file, as MMaDA saves
     data = {"_class_name": "MAGVITv2", **{k: v for k, v in cfg.to_dict().items() if k != "image_size"}}
     (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
     return folder
+
+
+def _random_tensors(shapes: dict[str, tuple[int, ...]], is_norm, dtype: torch.dtype, seed: int, gain: float,
+                    gen: torch.Generator | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
+    """1-D norm weights (``is_norm``) ones, the rest N(0, (gain / sqrt(fan_in))^2), drawn in order."""
+    gen = gen or torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in shapes.items():
+        if is_norm(name) and len(shape) == 1:  # ones, under either naming
+            out[name] = torch.ones(shape, dtype=dtype)
+        else:
+            fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
+            out[name] = (torch.randn(shape, generator=gen) * (gain / math.sqrt(fan_in))).to(dtype)
+    return out
 
 
 def _write_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], is_norm, dtype: torch.dtype, seed: int,
@@ -122,15 +133,8 @@ def _write_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], is_norm, dt
     weight_map = {}
     for i, names in enumerate(groups):
         shard = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
-        tensors = {}
-        for name in names:
-            shape = shapes[name]
-            if is_norm(name) and len(shape) == 1:  # ones, under either naming
-                tensors[name] = torch.ones(shape, dtype=dtype)
-            else:
-                fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-                tensors[name] = (torch.randn(shape, generator=gen) * (gain / math.sqrt(fan_in))).to(dtype)
-            weight_map[name] = shard
+        tensors = _random_tensors({n: shapes[n] for n in names}, is_norm, dtype, seed, gain, gen)
+        weight_map |= dict.fromkeys(names, shard)
         save_file(tensors, str(folder / shard), metadata={"format": "pt"})
         del tensors
     total = sum(math.prod(s) * dtype.itemsize for s in shapes.values())
@@ -157,7 +161,7 @@ def model_layout(model: str, layers: int) -> LLaDAVConfig:
                      image_suffix_ids=family.image_suffix_ids, image_token_offset=126349)  # fmt: skip
     return dataclasses.replace(base, naming="llada-native", family=model, image_aspect_ratio=family.image_aspect_ratio,
                                image_grid_pinpoints=family.image_grid_pinpoints, generation=family.generation,
-                               **extra)  # fmt: skip
+                               system_prompt=family.system_prompt, **extra)  # fmt: skip
 
 
 PROG = "python -m seer_export.models.random_checkpoint"

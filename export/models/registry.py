@@ -20,7 +20,7 @@ import torch
 
 from seer_export.models.config import LLaDAVConfig
 from seer_export.models.llada_v import LLaDAV
-from seer_export.models.loading import SINGLE_FILE, load_model, resolve_checkpoint
+from seer_export.models.loading import SINGLE_FILE, load_model, read_config, resolve_checkpoint
 from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-llada-v"  # the bundled fixture
@@ -148,6 +148,5 @@ def load(
         CheckpointError: no checkpoint found, or its tensors do not match the model.
     """
     folder = resolve(name, checkpoint)
-    model = load_model(folder, dtype=dtype, device=device)
-    check_family(name, model.config, folder / "config.json")
-    return model, folder
+    check_family(name, read_config(folder), folder / "config.json")  # before a byte of weights is read
+    return load_model(folder, dtype=dtype, device=device), folder

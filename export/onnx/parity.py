@@ -37,6 +37,7 @@ from seer_trt.contracts.graphs import (
     TOKEN_AGREEMENT,
     GraphSpec,
     TensorSpec,
+    graph_precision,
     has_cache,
     image_graph,
     past_names,
@@ -111,7 +112,7 @@ def _pack(rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 def make_cases(spec: GraphSpec, model: LLaDAV, manifest: Manifest, seed: int = 0) -> list[Case]:
     """Input cases of graph ``spec`` with their PyTorch reference outputs."""
     rng = np.random.default_rng(seed)
-    dtype = np.dtype(manifest.precision)
+    dtype = np.dtype(graph_precision(spec.name, manifest.precision))
     module = build(spec.name, model, manifest.special_tokens, manifest.seer)
 
     def ref(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -376,7 +377,7 @@ def validate(
         cases = make_cases(entry.spec, model, manifest)
         for case in cases:
             got = backend.run(name, case.feeds)
-            rows += [compare(name, t, case.name, got[t.name], case.reference[t.name], manifest.precision, case.probs)
+            rows += [compare(name, t, case.name, got[t.name], case.reference[t.name], entry.precision, case.probs)
                      for t in entry.spec.outputs]  # fmt: skip
         if options.save_goldens:
             save_goldens(folder / "goldens", entry.spec, cases)

@@ -39,7 +39,7 @@ from seer_export.onnx.export import Log, export_graph
 from seer_export.onnx.options import ExportError, ExportOptions
 from seer_export.onnx.shared_weights import SharedWeights
 from seer_export.onnx.source import TOKENIZER_FILES, Source, model_dims, open_source
-from seer_trt.contracts.graphs import for_front_end, graph_specs
+from seer_trt.contracts.graphs import for_front_end, graph_precision, graph_specs
 from seer_trt.contracts.integrity import checksums
 from seer_trt.contracts.manifest import (
     SCHEMA_VERSION,
@@ -119,6 +119,7 @@ def model_info(name: str, cfg: LLaDAVConfig, folder: Path | None = None) -> Mode
         vocab_size=t.vocab_size,
         task_family=family,
         family=cfg.family,
+        loop_blocks=FAMILIES[cfg.family].loop_blocks,
     )
 
 
@@ -207,8 +208,8 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
             for name, spec in specs.items():
                 path = staging / f"{name}.onnx"
                 before = weights.size
-                entry, ops = export_graph(spec, options.precision, source, options.opset, path, weights,
-                                          options.verbose)  # fmt: skip
+                precision = graph_precision(name, options.precision)  # image_tokens: fp32 always
+                entry, ops = export_graph(spec, precision, source, options.opset, path, weights, options.verbose)
                 entries[name] = entry
                 added = weights.size - before
                 stage(

@@ -241,6 +241,14 @@ def has_cache(spec: GraphSpec) -> bool:
 
 SERVING_GRAPHS = ("embed", "vision", "step_zero", "denoise")  # what seer-export writes by default
 IMAGE_GRAPHS = {"siglip": "vision", "magvitv2": "image_tokens"}  # a front end's graph (manifest vision.encoder)
+# graphs exported in fp32 whatever the export's precision: image_tokens' codes are sign bits of the encoder's output,
+# which fp16 rounding flips near zero (MMaDA runs its tokenizer in fp32)
+FP32_GRAPHS = ("image_tokens",)
+
+
+def graph_precision(name: str, precision: str) -> str:
+    """The precision graph ``name`` is exported in, in an export of ``precision``."""
+    return "float32" if name in FP32_GRAPHS else precision
 
 
 def image_graph(encoder: str) -> str:
@@ -250,7 +258,7 @@ def image_graph(encoder: str) -> str:
 
 def for_front_end(names: tuple[str, ...], encoder: str) -> tuple[str, ...]:
     """``names`` with the image graph of ``encoder`` for either front end's (``--graphs vision`` means the model's)."""
-    return tuple(image_graph(encoder) if n in IMAGE_GRAPHS.values() else n for n in names)
+    return tuple(dict.fromkeys(image_graph(encoder) if n in IMAGE_GRAPHS.values() else n for n in names))
 
 
 SAMPLING_GRAPHS = ("denoise_logits",)  # added by seer-export --sampling (temperature > 0, random remasking)
@@ -282,7 +290,7 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
             if n in specs:
                 g = specs[n]
                 specs[n] = dataclasses.replace(g, inputs=g.inputs + extra_in, outputs=g.outputs + extra_out)
-    specs = {n: g.resolve(precision, dims) for n, g in specs.items()}
+    specs = {n: g.resolve(graph_precision(n, precision), dims) for n, g in specs.items()}
     if "step_zero" in specs and not probe:
         zero = specs["step_zero"]
         specs["step_zero"] = dataclasses.replace(

@@ -72,7 +72,9 @@ class ModelInfo:
     num_heads: int
     vocab_size: int  # V
     task_family: str | None = None  # a fixture's synthetic task family (seer_trt.eval.tasks); None: the default's
-    family: str = "llada-v"  # the model family (seer_export.models.families): "llada-v" | "lavida-llada"
+    family: str = "llada-v"  # the model family (seer_export.models.families): "llada-v" | "lavida-llada" | "mmada"
+    # a request's gen_length N: None keeps blocks of at most the default's; k splits N into k blocks (MMaDA's N / 4)
+    loop_blocks: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

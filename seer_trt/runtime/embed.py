@@ -21,6 +21,7 @@ import numpy as np
 
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, AnyresLayout
+from seer_trt.contracts.graphs import graph_precision
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.runtime.image import PreparedImage
 
@@ -72,7 +73,8 @@ class Embedder:
         """[M, D] features of one image, as its placeholder is replaced: the vision graph's, or, for an image
         tokenizer (MMaDA), the embeddings of the ids the ``image_tokens`` graph gives."""
         if self.manifest.vision.encoder == "magvitv2":
-            ids = self.backend.run("image_tokens", {"pixel_values": image.tiles.astype(self.float)})["image_ids"]
+            pixels = image.tiles.astype(graph_precision("image_tokens", self.manifest.precision))  # fp32 always
+            ids = self.backend.run("image_tokens", {"pixel_values": pixels})["image_ids"]
             out = self.backend.run("embed", {"input_ids": np.ascontiguousarray(ids[:1], dtype=np.int64)})
             return out["embeds"][0].copy()  # the backend reuses its output buffers
         out = self.backend.run("vision", {"pixel_values": image.tiles.astype(self.float)})

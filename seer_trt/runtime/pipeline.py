@@ -177,9 +177,16 @@ class SeerPipeline:
         if unknown:
             raise InputError(f"unknown generation setting(s) {unknown}; expected {list(GENERATION_FIELDS)}")
         check_settings(**changes)
-        if "gen_length" in changes:  # a new window keeps the default's shape: one block (or blocks of at most the
-            n = changes["gen_length"]  # default's, LaViDa's min(128, N)), the default's steps per token
-            changes.setdefault("block_length", n if base.block_length == base.gen_length else min(base.block_length, n))
+        if "gen_length" in changes:  # a new window keeps the default's shape: one block, blocks of at most the
+            n = changes[
+                "gen_length"
+            ]  # default's (LaViDa's min(128, N)) or k of them (MMaDA's N / 4), the steps per token
+            k = self.manifest.model.loop_blocks
+            if k and "block_length" not in changes and n % k:
+                raise InputError(f"gen_length {n}: this model's loop splits the window into {k} blocks; ask for a "
+                                 f"multiple of {k}, or pass block_length")  # fmt: skip
+            one = base.block_length == base.gen_length
+            changes.setdefault("block_length", n // k if k else n if one else min(base.block_length, n))
             changes.setdefault("steps", max(1, n * base.steps // base.gen_length))
         try:
             gen = dataclasses.replace(base, **changes)

@@ -252,9 +252,4 @@ class PromptFormat:
             return [*v.prefix_ids, IMAGE_PLACEHOLDER, *v.suffix_ids, *ids] if has_image else ids
         if has_image and n_tokens == 0:
             prompt = f"{IMAGE_TOKEN}\n{prompt}"
-        elif n_tokens != (1 if has_image else 0):
-            raise InputError(
-                f"the prompt holds {n_tokens} {IMAGE_TOKEN} placeholder(s) for {int(has_image)} image(s); use one "
-                f"{IMAGE_TOKEN} per image (or none: it is prepended)"
-            )
         return self.chat_tokenizer.encode(prompt, system, history)
