@@ -829,6 +829,31 @@ def test_mmada_image_ids_and_seer_equal_python(lib, mmada_export, tmp_path):
     py.close()
 
 
+def test_grouped_query_attention_with_biases_equals_python(lib, tmp_path):
+    """4 query heads over 2 K/V heads with q/k/v biases (Qwen2's and Dream's attention): the prompt cache holds the 2
+    K/V heads in both runtimes, exact, reuse and forecast."""
+    import torch
+    from tiny_models import gqa_bias_config
+
+    from seer_export.cli import main as export_main
+    from seer_export.models.random_checkpoint import write_random_checkpoint
+
+    write_random_checkpoint(tmp_path / "ckpt", gqa_bias_config(), dtype=torch.float32, gain=3.0)
+    assert (
+        export_main(["--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "engines"), "--no-validate"]) == 0
+    )
+    conv = CppRequests(tmp_path / "engines")
+    prompts = ["count to 5 .", "repeat cat 3 times .", "count the shapes one by one ."]
+    cpp_requests = [conv.convert({"prompt": p}, None) for p in prompts]
+    py = SeerPipeline.from_manifest(tmp_path / "engines")
+    with CppPipeline(lib, tmp_path / "engines", ort_library=ort_library()) as cpp:
+        for cache in ("none", "reuse", "forecast"):
+            fields = {"cache": cache, "refresh_interval": 2, "decoding": "fixed"}
+            python = py.generate([Request(p, **fields) for p in prompts], policy="naive_pad")
+            assert_same(python, cpp.generate([{**r, **fields} for r in cpp_requests], policy="naive_pad"))
+    py.close()
+
+
 def test_bench_cpp_times_equal_answers(cpp_build, folder):
     """seer-bench --cpp's comparison (one short round): both runtimes answered alike, latencies and the time outside
     the graphs reported for both."""

@@ -78,3 +78,16 @@ def tiny_magvit():
     from seer_export.models.magvit import MagvitConfig
 
     return MagvitConfig(ch=32, ch_mult=(1, 2), num_res_blocks=(1, 1), z_channels=4, image_size=16)
+
+
+def gqa_bias_config():
+    """``tiny_config`` with grouped-query attention (4 query heads, 2 K/V heads) and q/k/v biases, as Qwen2's and
+    Dream's attention; one tile per image, a 16-position loop."""
+    import dataclasses
+
+    from seer_trt.contracts.config import GenerationConfig
+
+    cfg = tiny_config(vocab=103, layers=2)
+    text = dataclasses.replace(cfg.text, num_attention_heads=4, num_key_value_heads=2, qkv_bias=True)
+    return dataclasses.replace(cfg, text=text, image_aspect_ratio="pad", system_prompt=None,
+                               generation=GenerationConfig(gen_length=16, steps=16, block_length=16))  # fmt: skip

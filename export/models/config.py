@@ -37,6 +37,7 @@ class TextConfig:
     num_key_value_heads: int = 32
     rms_norm_eps: float = 1e-5
     rope_theta: float = 500000.0
+    qkv_bias: bool = False  # biases on q_proj, k_proj, v_proj (Qwen2's and Dream's attention; o_proj has none)
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:

@@ -4,7 +4,9 @@ In:  input embeddings [B, S, D], ``segment_ids`` [B, S] (0 = padding; attention 
      ids, so one forward serves left-padded and packed batches) and ``position_ids`` [B, S].
 Out: final hidden states [B, S, D] (``model.norm`` applied); ``lm_head`` lives on the top-level module.
 
-A Llama block with bidirectional attention: RMSNorm (in fp32), RoPE, multi-head attention, SwiGLU MLP.
+A Llama block with bidirectional attention: RMSNorm (in fp32), RoPE, multi-head or grouped-query attention
+(``num_key_value_heads``; K/V stay grouped, repeated only inside the products), optional q/k/v biases (``qkv_bias``,
+as Qwen2's and Dream's attention has them), SwiGLU MLP.
 Names: ``embed_tokens``, ``layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
 mlp.{gate,up,down}_proj}``, ``norm``.
 
@@ -87,9 +89,10 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.theta = cfg.rope_theta
-        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=False)
+        bias = cfg.qkv_bias  # Qwen2 / Dream: q, k and v carry biases, the output projection none
+        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=False)
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -102,7 +105,13 @@ class Attention(nn.Module):
 
     def _heads(self, kv: torch.Tensor) -> torch.Tensor:
         """K or V with the query heads' count along axis -3 (grouped-query attention repeats each K/V head)."""
-        return kv if self.kv_heads == self.heads else kv.repeat_interleave(self.heads // self.kv_heads, dim=-3)
+        if self.kv_heads == self.heads:
+            return kv
+        # each K/V head g times in a row (repeat_interleave's order), as Unsqueeze, Expand, Reshape: the exporter's
+        # repeat_interleave over a 5-D cache with dynamic axes gave a graph ONNX Runtime could not run
+        *lead, h, c, d = kv.shape
+        g = self.heads // self.kv_heads
+        return kv.unsqueeze(-3).expand(*lead, h, g, c, d).reshape(*lead, h * g, c, d)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
