@@ -72,7 +72,7 @@ def runtime_equals_reference(pipe, manifest, model, enc, samples: list, gen, mod
         else:
             ref = generate(model, prefix, valid, gen, enc.special, early_stop=mode == "early_stop")
     fields = {"gen_length": gen.gen_length, "steps": gen.steps, "block_length": gen.block_length,
-              "decoding": gen.decoding}  # fmt: skip
+              "decoding": gen.decoding, "remasking": gen.remasking}  # fmt: skip
     results = pipe.generate([Request(s.question, s.image, seer=mode == "seer", early_stop=mode == "early_stop",
                                      cache="none", **fields) for s in samples])  # fmt: skip
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]

@@ -888,3 +888,44 @@ def test_export_without_the_cache_refuses_a_cache_policy(lib, folder, tmp_path):
     ):  # the default policy (reuse, as seer_trt.contracts.policies.DEFAULT_CACHE) too
         with pytest.raises(ManifestError, match="takes no prompt K/V cache .exported before schema 2.1.; re-export"):
             CppPipeline(lib, d, ort_library=ort_library(), **cache)
+
+
+@pytest.fixture(scope="module")
+def dream_export(tmp_path_factory) -> Path:
+    """A random Dream (tests/tiny_models.py): Hugging Face names, 4 query heads over 2 K/V heads with q/k/v biases,
+    shifted logits, text only; exported without validation (test_dream.py checks its parity)."""
+    import torch
+    from tiny_models import tiny_dream_config
+
+    from seer_export.cli import main as export_main
+    from seer_export.models.random_checkpoint import write_random_checkpoint
+    from seer_export.reference.fixture import build_tokenizer
+
+    root = tmp_path_factory.mktemp("dream")
+    cfg = tiny_dream_config(build_tokenizer("dream").get_vocab_size())
+    write_random_checkpoint(root / "checkpoint", cfg, dtype=torch.float32, gain=3.0)
+    assert export_main(["--model", "dream", "--checkpoint", str(root / "checkpoint"), "--out", str(root / "engines"),
+                        "--no-validate"]) == 0  # fmt: skip
+    return root / "engines"
+
+
+def test_dream_schedule_shift_and_cache_equal_python(lib, dream_export):
+    """Dream's timestep schedule, its shifted logits (inside the graphs) and the prompt cache whose cached step computes
+    each row's last prompt position: C++ = Python, padded and packed, padded loop and Seer, every cache policy. Dream's
+    own scores (the export's default: entropy) are Python's only; C++ refuses them with the fix."""
+    prompts = ["count to 5 .", "repeat cat 3 times .", "count from 3 to 9 .", "repeat dog sun 2 times ."]
+    conv = CppRequests(dream_export)
+    cpp_requests = [conv.convert({"prompt": p}, None) for p in prompts]
+    py = SeerPipeline.from_manifest(dream_export)
+    assert py.manifest.generation.schedule == "dream" and py.manifest.model.logit_shift == 1
+    with CppPipeline(lib, dream_export, ort_library=ort_library()) as cpp:
+        for cache in ("none", "reuse", "forecast"):
+            for seer in (False, True):
+                fields = {"remasking": "low_confidence", "gen_length": 16, "cache": cache, "refresh_interval": 3,
+                          "seer": seer}  # fmt: skip
+                for policy in ("naive_pad", "packed"):
+                    python = py.generate([Request(p, **fields) for p in prompts], policy=policy)
+                    assert_same(python, cpp.generate([{**r, **fields} for r in cpp_requests], policy=policy))
+        refused = cpp.generate([cpp_requests[0]])[0]
+        assert "remasking 'entropy'" in refused["error"] and "low_confidence" in refused["error"]
+    py.close()

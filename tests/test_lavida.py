@@ -116,7 +116,8 @@ def test_every_tile_is_pooled_bilinearly_after_the_projector(checkpoint):
     assert projected.shape[1] == 49 and pooled.shape == (3, 16, 32)
     for tile in range(3):
         want = bilinear(projected[tile].T.reshape(32, 7, 7), 4).reshape(32, 16).T
-        np.testing.assert_allclose(pooled[tile], want, rtol=1e-5, atol=1e-6)
+        # fp32 sums of features up to ~450 in size: the rounding is relative to the largest, not to each result
+        np.testing.assert_allclose(pooled[tile], want, rtol=1e-5, atol=1e-7 * np.abs(projected).max())
 
 
 def test_anyres_images_merge_at_the_pooled_side(checkpoint):

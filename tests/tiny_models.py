@@ -80,6 +80,30 @@ def tiny_magvit():
     return MagvitConfig(ch=32, ch_mult=(1, 2), num_res_blocks=(1, 1), z_channels=4, image_size=16)
 
 
+def tiny_dream_config(vocab: int, layers: int = 3, family: str = "dream") -> LLaDAVConfig:
+    """Dream in small (``family`` "dream", or "lavida-dream" with LaViDa's tiles as ``tiny_lavida_config``): Hugging
+    Face names, 4 query heads over 2 K/V heads with q/k/v biases, RoPE base 1e6, shifted logits; its loop (steps =
+    positions, Dream's schedule, one block) over 16 positions, ranked by the family's score; the MLP rule at layer 1.
+    ``vocab``: the Dream-strings tokenizer's size (``seer_export.reference.fixture.build_tokenizer("dream")``)."""
+    import dataclasses
+
+    from seer_export.models.families import FAMILIES
+
+    lavida = tiny_lavida_config(vocab, layers)
+    own = FAMILIES[family]
+    return dataclasses.replace(
+        lavida,
+        text=TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                        num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6,
+                        qkv_bias=True),
+        image_aspect_ratio=lavida.image_aspect_ratio if own.front_end == "siglip" else "pad",
+        generation=own.own_loop(16),
+        system_prompt=own.system_prompt,
+        naming="llada-v",
+        family=family,
+    )  # fmt: skip
+
+
 def gqa_bias_config():
     """``tiny_config`` with grouped-query attention (4 query heads, 2 K/V heads) and q/k/v biases, as Qwen2's and
     Dream's attention; one tile per image, a 16-position loop."""

@@ -3,6 +3,12 @@
     python tools/train_fixture.py --minutes 60 --out export/fixtures/tiny-llada-v
     python tools/train_fixture.py --family hard --init export/fixtures/tiny-llada-v --lr 2e-3 --minutes 27 \
         --threads 1 --gen-length 128 --out export/fixtures/tiny-llada-v-hard  # then seer-calibrate --write
+    python tools/train_fixture.py --model dream --family text --pad-eot 0 --show-pad-eot 0 --minutes 50 \
+        --threads 1 --out export/fixtures/tiny-dream  # the Dream family: shifted logits, GQA, text only
+
+``--model dream`` trains the Dream family's layout instead (``seer_export.reference.fixture.dream_fixture_config``:
+Dream's ChatML tokens, grouped-query attention with q/k/v biases, shifted logits, no vision tower), on text tasks.
+Dream's loop suppresses nothing, so its padding needs no ``<|eot_id|>`` share (``--pad-eot 0 --show-pad-eot 0``).
 
 ``--family`` picks the task mixture (``seer_trt.eval.tasks.TASK_FAMILIES``); a family other than the default is
 written into config.json (``task_family``), which calibration and evaluation read to draw the same prompts.
@@ -43,11 +49,18 @@ from safetensors.torch import load_file, save_file
 
 from seer_export.models.llada_v import LLaDAV, window_layout
 from seer_export.models.registry import FIXTURE_DIR
-from seer_export.reference.fixture import TaskEncoder, build_tokenizer, fixture_config, write_tokenizer
+from seer_export.reference.fixture import (
+    TaskEncoder,
+    build_tokenizer,
+    dream_fixture_config,
+    fixture_config,
+    write_tokenizer,
+)
 from seer_trt.eval.tasks import COLORS, DEFAULT_FAMILY, FAMILY_KEY, TASK_FAMILIES, make_sample
 from seer_trt.runtime.image import pixel_tiles
 
 MAX_WINDOW = 128
+IMAGE_TASKS = ("count", "enumerate", "colors", "cell_colors")  # the tasks whose prompt holds a picture
 TRAIN_SEED = 1_000_000  # held-out sets use seeds below this
 
 
@@ -134,13 +147,23 @@ def main() -> None:
                     help=f"task mixture to train on (default {DEFAULT_FAMILY}, the bundled tiny-llada-v's)")  # fmt: skip
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
     ap.add_argument("--gen-length", type=int, default=64, help="the config's default answer window (default 64)")
+    ap.add_argument(
+        "--model",
+        choices=["llada-v", "dream"],
+        default="llada-v",
+        help="the model family's layout: llada-v (tiny-llada-v's) or dream (shifted logits, GQA, text)",
+    )
     args = ap.parse_args()
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    write_tokenizer(args.out)
-    cfg = fixture_config(build_tokenizer().get_vocab_size(), args.gen_length)
+    write_tokenizer(args.out, args.model)
+    vocab = build_tokenizer(args.model).get_vocab_size()
+    cfg = (dream_fixture_config if args.model == "dream" else fixture_config)(vocab, args.gen_length)
+    if args.model == "dream" and any(TASK_FAMILIES[args.family].weights[i] for i, t in
+                                     enumerate(TASK_FAMILIES[args.family].tasks) if t in IMAGE_TASKS):  # fmt: skip
+        ap.error(f"--model dream has no vision tower; --family {args.family} holds image tasks (use --family text)")
     data = cfg.to_dict()
     if args.family != DEFAULT_FAMILY:  # the default family's config stays as it was before families existed
         data[FAMILY_KEY] = args.family
@@ -204,7 +227,7 @@ def main() -> None:
         pad = target == enc.special.endoftext_id
         ce = torch.where(pad, (1 - args.pad_eot) * ce - args.pad_eot * logp[..., enc.special.eot_id], ce)
         loss = ((ce * masked / t).sum(1) / kept).mean()
-        with_image = [s for s in samples if s.image is not None]
+        with_image = [s for s in samples if s.image is not None and cfg.has_tower]
         if args.vision_aux > 0 and with_image:
             pixels = torch.cat([torch.from_numpy(pixel_tiles(s.image, cfg.vision.image_size)) for s in with_image])
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
@@ -226,7 +249,7 @@ def main() -> None:
     save(model, args.out, {"previous": previous, "steps": step, "pad_eot": args.pad_eot,
                            "show_pad_eot": args.show_pad_eot, "vision_aux": args.vision_aux, "sampler_order": args.sampler_order, "minutes": (time.time() - start) / 60, "loss_ema": ema,
                            "batch": args.batch, "lr": args.lr, "parameters": n_params, "family": args.family,
-                           "threads": torch.get_num_threads()})  # fmt: skip
+                           "threads": torch.get_num_threads(), "model": args.model})  # fmt: skip
     print(f"done: {step} steps, loss {ema:.4f}", flush=True)
 
 

@@ -119,7 +119,9 @@ seer::Request parse_request(const json& data, const seer_run::TileShape& tile_sh
     } else if (key == "remasking") {
       if (!v.is_null() && v != "low_confidence")
         throw seer::Error(seer::Error::Kind::Input, "remasking " + v.dump() + ": the C++ runtime remasks by "
-                                                    "low_confidence; use seer-run for random remasking");
+                                                    "low_confidence; use seer-run for random, topk_margin or "
+                                                    "entropy remasking");
+      if (!v.is_null()) r.remasking = v.get<std::string>();
     } else if (key == "decoding") {
       if (v.is_null()) continue;
       if (!v.is_string())  // Python's message (seer_trt.contracts.config.parse_decoding) for a value of another type

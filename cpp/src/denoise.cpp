@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "dispatch.hpp"
@@ -18,7 +19,8 @@ class WindowCalls {
   WindowCalls(Backend& backend, const Manifest& manifest, Layout& layout, const CacheSpec& spec,
               const CacheConfig& cache, std::atomic<int64_t>* clock)
       : gen_ids(layout.batch * layout.answer, manifest.special.mask_id), x0(gen_ids.size()),
-        confidence(gen_ids.size()), kv(cache, spec, manifest.precision, layout), backend_(backend),
+        confidence(gen_ids.size()), kv(cache, spec, manifest.precision, layout, manifest.logit_shift != 0),
+        backend_(backend),
         manifest_(manifest), layout_(layout), clock_(clock),
         output_(confidence_output(manifest.graph("denoise"))), refresh_(backend.call("denoise", clock)) {
     bind_refresh();
@@ -31,7 +33,14 @@ class WindowCalls {
       kv.store(t);
     } else {  // only the answer positions, against the cached prompt K/V (the refresh's segment and position ids)
       GraphCall cached = backend_.call("denoise", clock_);
-      feed(cached, 0);
+      if (kv.live_columns().empty()) {
+        feed(cached, 0);
+      } else {  // shifted logits: each row's last prompt position too, the columns reordered (cached, live, answer)
+        reorder();
+        feed(cached, static_cast<int64_t>(kv.live_columns().size()), live_prefix_.data(), live_segments_.data(),
+             live_positions_.data());
+      }
+      kv.bind_past(cached, t);
       kv.bind_past(cached, t);
       cached.run();
     }
@@ -69,12 +78,35 @@ class WindowCalls {
     kv.bind_refresh(refresh_);  // the call that computes the prompt: an empty cache in, (kept) present K/V out
   }
 
-  void feed(GraphCall& call, int64_t prompt) {
+  // The live prompt columns' embeddings and the reordered segment and position ids of a shifted cached step, for
+  // the current layout (a re-formed group keeps the columns, with fewer entries)
+  void reorder() {
+    const int64_t b = layout_.batch, seq = layout_.prompt + layout_.answer;
+    const size_t row = manifest_.hidden_size * element_size(manifest_.precision);
+    const auto& live = kv.live_columns();
+    const auto& order = kv.call_order();
+    live_prefix_.resize(b * live.size() * row);
+    live_segments_.resize(b * seq);
+    live_positions_.resize(b * seq);
+    for (int64_t e = 0; e < b; ++e) {
+      for (size_t c = 0; c < live.size(); ++c)
+        std::memcpy(live_prefix_.data() + (e * live.size() + c) * row,
+                    layout_.prefix_embeds.data() + (e * layout_.prompt + live[c]) * row, row);
+      for (int64_t j = 0; j < seq; ++j) {
+        live_segments_[e * seq + j] = layout_.segment_ids[e * seq + order[j]];
+        live_positions_[e * seq + j] = layout_.position_ids[e * seq + order[j]];
+      }
+    }
+  }
+
+  void feed(GraphCall& call, int64_t prompt, uint8_t* prefix = nullptr, int32_t* segments = nullptr,
+            int64_t* positions = nullptr) {
     const int64_t b = layout_.batch, g = layout_.answer, seq = layout_.prompt + g;
-    call.input("prefix_embeds", layout_.prefix_embeds.data(), manifest_.precision, {b, prompt, manifest_.hidden_size});
+    call.input("prefix_embeds", prefix ? prefix : layout_.prefix_embeds.data(), manifest_.precision,
+               {b, prompt, manifest_.hidden_size});
     call.input("gen_ids", gen_ids.data(), "int64", {b, g});
-    call.input("segment_ids", layout_.segment_ids.data(), "int32", {b, seq});
-    call.input("position_ids", layout_.position_ids.data(), "int64", {b, seq});
+    call.input("segment_ids", segments ? segments : layout_.segment_ids.data(), "int32", {b, seq});
+    call.input("position_ids", positions ? positions : layout_.position_ids.data(), "int64", {b, seq});
     call.output("x0", x0.data(), "int64", {b, g});
     call.output(output_.name.c_str(), confidence.data(), "float32", {b, g});
   }
@@ -85,6 +117,9 @@ class WindowCalls {
   std::atomic<int64_t>* clock_;
   ConfidenceOutput output_;
   GraphCall refresh_;
+  std::vector<uint8_t> live_prefix_;    // shifted cached steps: [b, live, D]
+  std::vector<int32_t> live_segments_;  // [b, p + g] in the call's column order
+  std::vector<int64_t> live_positions_;
 };
 
 // a before b in numpy's stable argsort of -confidence: the higher first, NaN last, ties to the earlier position

@@ -124,6 +124,8 @@ PromptEmbeds embed_prompt(Backend& backend, const Manifest& manifest, const Requ
                         "tokenizer (seer-prompt-ids)");
   }
   const bool image = request.tiles > 0 || !request.pixel_values.empty();
+  if (image && manifest.vision.text_only())
+    throw input_error("this export is a text-only model (vision.encoder none: Dream); send the prompt without an image");
   if (placeholders != (image ? 1 : 0))
     throw input_error("prompt_ids hold " + std::to_string(placeholders) + " image placeholder(s) (" +
                       std::to_string(IMAGE_PLACEHOLDER) + ") for " + std::to_string(image ? 1 : 0) +

@@ -108,11 +108,28 @@ void NoCache::bind(GraphCall& call, const CacheSpec& spec, const std::string& dt
 }
 
 GroupCache::GroupCache(const CacheConfig& config, const CacheSpec& spec, const std::string& dtype,
-                       const Layout& layout)
-    : config_(config), spec_(spec), dtype_(dtype), batch_(layout.batch), prompt_(layout.prompt) {
+                       const Layout& layout, bool shifted)
+    : config_(config), spec_(spec), dtype_(dtype), batch_(layout.batch), prompt_(layout.prompt), cached_(prompt_) {
   if (!spec.enabled || config.mode == "none") return;
-  slot_bytes_ = static_cast<size_t>(batch_ * spec.kv_heads * prompt_ * spec.head_dim) * element_size(dtype);
-  fresh_.assign(spec.past.size(), std::vector<uint8_t>(slot_bytes_));
+  if (shifted) {  // seer_trt.runtime.kv_cache.last_prompt_columns: a non-padding position whose next column differs
+    const int64_t seq = layout.prompt + layout.answer;
+    for (int64_t j = 0; j < prompt_; ++j) {
+      bool last = false;
+      for (int64_t e = 0; e < batch_ && !last; ++e) {
+        const int32_t s = layout.segment_ids[e * seq + j];
+        last = s != 0 && (j == prompt_ - 1 || layout.segment_ids[e * seq + j + 1] != s);
+      }
+      (last ? live_ : kept_).push_back(j);
+    }
+    order_ = kept_;
+    order_.insert(order_.end(), live_.begin(), live_.end());
+    for (int64_t j = prompt_; j < seq; ++j) order_.push_back(j);
+    cached_ = static_cast<int64_t>(kept_.size());
+  }
+  const size_t es = element_size(dtype);
+  slot_bytes_ = static_cast<size_t>(batch_ * spec.kv_heads * cached_ * spec.head_dim) * es;
+  fresh_bytes_ = static_cast<size_t>(batch_ * spec.kv_heads * prompt_ * spec.head_dim) * es;
+  fresh_.assign(spec.past.size(), std::vector<uint8_t>(fresh_bytes_));
   history_.assign(spec.past.size(), std::vector<uint8_t>(slot_bytes_ * config.snapshots()));
 }
 
@@ -135,7 +152,7 @@ void GroupCache::bind_past(GraphCall& call, int64_t t) {
   call.input("past_weights", weights_.data(), "float32", {m});
   for (size_t k = 0; k < history_.size(); ++k)
     call.input(spec_.past[k].c_str(), history_[k].data() + first * slot_bytes_, dtype_,
-               {m, batch_, spec_.kv_heads, prompt_, spec_.head_dim});
+               {m, batch_, spec_.kv_heads, cached_, spec_.head_dim});
 }
 
 void GroupCache::store(int64_t t) {
@@ -145,8 +162,17 @@ void GroupCache::store(int64_t t) {
     steps_.erase(steps_.begin());
     for (auto& h : history_) std::memmove(h.data(), h.data() + slot_bytes_, (keep - 1) * slot_bytes_);
   }
-  for (size_t k = 0; k < history_.size(); ++k)
-    std::memcpy(history_[k].data() + steps_.size() * slot_bytes_, fresh_[k].data(), slot_bytes_);
+  const size_t row = static_cast<size_t>(spec_.head_dim) * element_size(dtype_);  // one position of one head
+  for (size_t k = 0; k < history_.size(); ++k) {
+    uint8_t* dest = history_[k].data() + steps_.size() * slot_bytes_;
+    if (live_.empty()) {
+      std::memcpy(dest, fresh_[k].data(), slot_bytes_);
+      continue;
+    }
+    for (int64_t eh = 0; eh < batch_ * spec_.kv_heads; ++eh)  // [b * H_kv] blocks of P rows -> of the kept rows
+      for (size_t c = 0; c < kept_.size(); ++c)
+        std::memcpy(dest + (eh * cached_ + c) * row, fresh_[k].data() + (eh * prompt_ + kept_[c]) * row, row);
+  }
   steps_.push_back(t);
   next_refresh_ = t + config_.refresh;
 }

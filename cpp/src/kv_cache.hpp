@@ -10,6 +10,10 @@
 //     forecast  the same refreshes; in between feed the last order + 1 snapshots with the barycentric Lagrange
 //               weights of ResilPhase's tanh phase map (the graph combines them: only the weights change per step)
 //
+// Shifted logits (Dream, manifest model.logit_shift 1): a row's first answer position is predicted from its last
+// prompt position's state, which no cache holds; a cached step computes those positions (live_columns) with the
+// answer, and the snapshots hold the other prompt positions (seer_trt/runtime/kv_cache.py).
+//
 // A 2.0 export (no past_weights input) runs with cache none only. The drift gate of seer_trt.runtime.kv_cache (a
 // Python-API option, not a seer-run flag) is not ported.
 #pragma once
@@ -62,7 +66,12 @@ struct NoCache {
 
 class GroupCache {
  public:
-  GroupCache(const CacheConfig& config, const CacheSpec& spec, const std::string& dtype, const Layout& layout);
+  GroupCache(const CacheConfig& config, const CacheSpec& spec, const std::string& dtype, const Layout& layout,
+             bool shifted = false);
+  // Shifted logits: the prompt columns a cached step computes (some row's last prompt position), ascending; and the
+  // call's column order then: the cached columns, the live ones, the answer. Empty when not shifted.
+  const std::vector<int64_t>& live_columns() const { return live_; }
+  const std::vector<int64_t>& call_order() const { return order_; }
   // The cache inputs of a call that computes the prompt (and, when the policy keeps snapshots, its present
   // outputs, into this cache's buffers).
   void bind_refresh(GraphCall& call);
@@ -79,8 +88,11 @@ class GroupCache {
   const CacheSpec& spec_;  // the pipeline's: its names outlive every call
   std::string dtype_;
   int64_t batch_, prompt_;
+  int64_t cached_;                             // prompt positions a snapshot holds: P, or P minus the live ones
+  std::vector<int64_t> kept_, live_, order_;   // shifted: cached and live prompt columns, the call's column order
   NoCache none_;
-  size_t slot_bytes_ = 0;                      // one snapshot of one layer's key (or value): [b, H_kv, P, hd]
+  size_t slot_bytes_ = 0;                      // one snapshot of one layer's key (or value): [b, H_kv, cached, hd]
+  size_t fresh_bytes_ = 0;                     // the refresh's present output of one layer: [b, H_kv, P, hd]
   std::vector<std::vector<uint8_t>> fresh_;    // per layer key, value: the refresh call's present output
   std::vector<std::vector<uint8_t>> history_;  // per layer key, value: [keep, b, H_kv, P, hd], oldest first
   std::vector<int64_t> steps_;                 // refresh step of each kept snapshot

@@ -226,6 +226,11 @@ void GenerationConfig::validate() const {
   if (gen_length % block_length)
     throw config_error("gen_length " + std::to_string(gen_length) + " is not a multiple of block_length " +
                        std::to_string(block_length) + "; choose a block_length that divides gen_length");
+  if (schedule != "even" && schedule != "dream")
+    throw config_error("schedule must be one of ['even', 'dream'], got '" + schedule + "'");
+  if (schedule == "dream" && block_length != gen_length)
+    throw config_error("the dream schedule runs one block over the whole window (diffusion_generate); block_length " +
+                       std::to_string(block_length) + " differs from gen_length " + std::to_string(gen_length));
   if (steps % num_blocks())
     throw config_error("steps " + std::to_string(steps) + " is not a multiple of the number of blocks " +
                        std::to_string(num_blocks()) + " (gen_length " + std::to_string(gen_length) +
@@ -233,8 +238,8 @@ void GenerationConfig::validate() const {
 }
 
 bool GenerationConfig::operator<(const GenerationConfig& o) const {
-  return std::tie(gen_length, steps, block_length, temperature, remasking, decoding) <
-         std::tie(o.gen_length, o.steps, o.block_length, o.temperature, o.remasking, o.decoding);
+  return std::tie(gen_length, steps, block_length, temperature, remasking, decoding, schedule) <
+         std::tie(o.gen_length, o.steps, o.block_length, o.temperature, o.remasking, o.decoding, o.schedule);
 }
 
 bool GenerationConfig::operator==(const GenerationConfig& o) const { return !(*this < o) && !(o < *this); }
@@ -287,6 +292,9 @@ Manifest Manifest::read(const std::string& folder) {
       throw manifest_error(path + ": model.loop_blocks is " + std::to_string(m.loop_blocks) + "; expected >= 1 or null");
   }
   m.vocab_size = get<int64_t>(model, "vocab_size", "manifest model");
+  m.logit_shift = get_or<int64_t>(model, "logit_shift", 0, "manifest model");  // absent before 2.4
+  if (m.logit_shift != 0 && m.logit_shift != 1)
+    throw manifest_error(path + ": model.logit_shift is " + std::to_string(m.logit_shift) + "; expected 0 or 1");
 
   const json& vision = field(data, "vision", path);
   m.vision.image_size = get<int64_t>(vision, "image_size", "manifest vision");
@@ -295,7 +303,7 @@ Manifest Manifest::read(const std::string& folder) {
   m.vision.image_aspect_ratio = get<std::string>(vision, "image_aspect_ratio", "manifest vision");
   m.vision.newline = get<std::string>(vision, "newline", "manifest vision");
   m.vision.encoder = get_or<std::string>(vision, "encoder", "siglip", "manifest vision");  // absent before 2.3
-  if (m.vision.encoder != "siglip" && m.vision.encoder != "magvitv2")
+  if (m.vision.encoder != "siglip" && m.vision.encoder != "magvitv2" && m.vision.encoder != "none")
     throw manifest_error(path + ": vision.encoder '" + m.vision.encoder +
                          "' is not 'siglip' or 'magvitv2'; rebuild the C++ library from the seer-trt that exported it");
   if (vision.contains("anyres_max_tiles") && !vision["anyres_max_tiles"].is_null())
@@ -353,6 +361,7 @@ Manifest Manifest::read(const std::string& folder) {
       throw config_error("decoding is " + (gen["decoding"].is_null() ? "None" : gen["decoding"].dump()) +
                          "; expected " + DECODING_FORMS);
     m.generation.decoding = canonical_decoding(get_or<std::string>(gen, "decoding", "fixed", wg));
+    m.generation.schedule = get_or<std::string>(gen, "schedule", "even", wg);  // absent before 2.4
     m.generation.validate();
   } catch (const Error& err) {
     throw manifest_error(path + ": " + err.what());

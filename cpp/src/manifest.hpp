@@ -72,6 +72,7 @@ struct GenerationConfig {
   double temperature = 0.0;
   std::string remasking = "low_confidence";
   std::string decoding = "fixed";  // canonical_decoding's spelling
+  std::string schedule = "even";   // "even" (LLaDA's spread per block) | "dream" (diffusion_generate's timesteps)
   int64_t num_blocks() const { return gen_length / block_length; }
   DecodingRule rule() const { return parse_decoding(decoding); }
   void validate() const;  // seer_trt.contracts.config.GenerationConfig.__post_init__; throws config_error
@@ -109,6 +110,7 @@ struct VisionInfo {
   std::optional<int64_t> anyres_max_tiles;  // N of anyres_max_N: shrinks the feature map, not the tiles
   bool anyres() const { return image_aspect_ratio.rfind("anyres", 0) == 0; }
   bool image_ids() const { return encoder == "magvitv2"; }
+  bool text_only() const { return encoder == "none"; }  // Dream: no image graph
   const char* graph() const { return image_ids() ? "image_tokens" : "vision"; }  // the image's graph
   // Tiles one image may have (seer_trt.contracts.profiles.tiles_per_image): 1 for "pad"; anyres: the base tile plus
   // the largest pinpoint grid, 1 + max (w / S) * (h / S). anyres_max_N caps no tiles (geometry.anyres_layout).
@@ -124,6 +126,9 @@ struct Manifest {
   std::string schema_version;
   int64_t hidden_size = 0, vocab_size = 0;
   int64_t loop_blocks = 0;  // model.loop_blocks: a request's gen_length N in that many blocks (MMaDA: 4); 0: none
+  // model.logit_shift (schema 2.4): 1 when position i is predicted from hidden state i - 1 (Dream; in the graphs);
+  // a cached step then computes each row's last prompt position (kv_cache.hpp)
+  int64_t logit_shift = 0;
   VisionInfo vision;
   SpecialTokens special{};
   std::string tokenizer;  // folder, relative to the manifest

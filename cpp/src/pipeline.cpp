@@ -80,6 +80,11 @@ GenerationConfig Pipeline::Impl::generation(const Request& r) const {
       throw input_error(err.what());
     }
   }
+  if (r.remasking) gen.remasking = *r.remasking;
+  if (gen.remasking != "low_confidence")
+    throw input_error("remasking '" + gen.remasking + "': the C++ runtime ranks positions by the prediction's "
+                      "log-probability only (low_confidence, Dream's maskgit_plus); pass remasking low_confidence, "
+                      "or run " + gen.remasking + " with seer-run");
   if (r.gen_length) {  // a new window keeps the default's shape: one block, blocks of at most the default's
     const int64_t n = *r.gen_length;  // (LaViDa's min(128, N)) or k of them (MMaDA's N / 4), the steps per token
     const int64_t k = manifest.loop_blocks;
@@ -259,7 +264,8 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
     throw config_error("short must be >= 0 (0: no group of short rows), got " + std::to_string(options.short_rows));
   impl->manifest = Manifest::read(folder);
   const Manifest& m = impl->manifest;
-  std::vector<std::string> graphs = {"embed", m.vision.graph(), "denoise"};
+  std::vector<std::string> graphs = {"embed", "denoise"};
+  if (!m.vision.text_only()) graphs.push_back(m.vision.graph());
   if (!m.seer.full_depth()) graphs.push_back("step_zero");
   // the inputs and outputs this runtime feeds and reads (seer_trt/contracts/graphs.py); another contract is refused here,
   // not at the first request

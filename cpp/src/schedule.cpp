@@ -8,6 +8,31 @@ int64_t truncated_steps(int64_t steps, int64_t kept, int64_t gen_length) {
   return std::max<int64_t>(1, (steps * kept + gen_length - 1) / gen_length);  // ceil(steps * L* / N)
 }
 
+std::vector<float> linspace32(float start, float end, int64_t count) {
+  // torch.linspace in float32 as PyTorch's CPU kernel computes it (seer_trt.runtime.schedule.linspace32): a float32
+  // step, start + step * i for the first half and end - step * (count - 1 - i) for the rest, each rounded once
+  if (count == 1) return {start};
+  const float step = (end - start) / static_cast<float>(count - 1);
+  std::vector<float> out(count);
+  for (int64_t i = 0; i < count; ++i)
+    out[i] = static_cast<float>(i < count / 2 ? double(start) + double(step) * double(i)
+                                              : double(end) - double(step) * double(count - 1 - i));
+  return out;
+}
+
+std::vector<int64_t> dream_transfer(int64_t masks, int64_t steps) {
+  // Dream's diffusion_generate: int(masks left * (1 - t[i + 1] / t[i])) in float32, the last step all that are left
+  const std::vector<float> t = linspace32(1.0f, DREAM_EPS, steps + 1);
+  std::vector<int64_t> out;
+  int64_t left = masks;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t k = i == steps - 1 ? left : static_cast<int64_t>(static_cast<float>(left) * (1.0f - t[i + 1] / t[i]));
+    out.push_back(k);
+    left -= k;
+  }
+  return out;
+}
+
 Schedule plan_schedule(const GenerationConfig& gen, const std::vector<int64_t>& kept) {
   Schedule s;
   s.kept = kept;
@@ -15,7 +40,11 @@ Schedule plan_schedule(const GenerationConfig& gen, const std::vector<int64_t>& 
   std::vector<std::vector<int64_t>> transfer(kept.size()), block_end(kept.size());
   for (size_t b = 0; b < kept.size(); ++b) {
     const int64_t length = kept[b];
-    for (int64_t start = 0; start < length; start += gen.block_length) {
+    if (gen.schedule == "dream") {  // one block: the whole kept window
+      transfer[b] = dream_transfer(length, truncated_steps(gen.steps, length, gen.gen_length));
+      block_end[b].assign(transfer[b].size(), length);
+    }
+    for (int64_t start = 0; gen.schedule != "dream" && start < length; start += gen.block_length) {
       const int64_t size = std::min(gen.block_length, length - start);
       const int64_t steps =
           size == gen.block_length ? per_block : (size * per_block + gen.block_length - 1) / gen.block_length;

@@ -5,7 +5,9 @@
 // Out: Schedule: tokens each row commits at each step, and the block end that bounds the eligible positions.
 // A row kept to L* of N positions gets ceil(steps * L* / N) steps (at least 1) over a block layout recomputed
 // on L*: full blocks keep their steps, a final partial block gets its share rounded up; within a block its
-// masks are spread evenly over its steps, the remainder to the earliest.
+// masks are spread evenly over its steps, the remainder to the earliest. Schedule "dream" (Dream's diffusion_generate):
+// one block; step i commits int(m * (1 - t[i + 1] / t[i])) of the m masks left, t = linspace(1, 1e-3, steps + 1) in
+// float32, the last step all that are left.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,11 @@ struct Schedule {
   std::vector<int64_t> block_end;  // [B, T] at step t only positions < block_end may commit
 };
 
+constexpr float DREAM_EPS = 1e-3f;  // DreamGenerationConfig's eps
+
 int64_t truncated_steps(int64_t steps, int64_t kept, int64_t gen_length);
+std::vector<float> linspace32(float start, float end, int64_t count);  // torch.linspace(start, end, count), float32
+std::vector<int64_t> dream_transfer(int64_t masks, int64_t steps);     // Dream's count per step
 Schedule plan_schedule(const GenerationConfig& gen, const std::vector<int64_t>& kept);
 
 }  // namespace seer

@@ -118,6 +118,7 @@ seer_results* seer_generate(seer_pipeline* pipeline, const seer_request* request
       if (c.cache) r.cache = std::string(c.cache);
       if (c.refresh_interval) r.refresh_interval = c.refresh_interval;
       if (c.decoding) r.decoding = std::string(c.decoding);
+      if (c.remasking) r.remasking = std::string(c.remasking);
     }
     auto payload = std::make_unique<Payload>();
     payload->source = pipeline->pipeline->generate(batch, policy ? policy : "");

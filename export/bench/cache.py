@@ -187,7 +187,7 @@ def step_times(pipe: SeerPipeline, settings: Settings, progress: Progress) -> di
             feeds = {}
             for name, cache in (("uncached", CacheConfig("none")), ("reuse", CacheConfig("reuse", 4)),
                                 ("forecast", CacheConfig("forecast", 4))):  # fmt: skip
-                kv = GroupCache(cache, spec, layout)
+                kv = GroupCache(cache, spec, layout, pipe.manifest.model.logit_shift)
                 for t in (0, 4):  # two refreshes: the forecast's two snapshots
                     past, _ = kv.plan(t, t == 4)
                     kv.store(t, pipe.backend.run("denoise", {**base, **past}))

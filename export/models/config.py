@@ -138,6 +138,11 @@ class LLaDAVConfig:
         return FAMILIES[self.family].front_end == "siglip"
 
     @property
+    def shift_logits(self) -> bool:
+        """True when position i's logits come from hidden state i - 1 (Dream's, ``Family.shift_logits``)."""
+        return FAMILIES[self.family].shift_logits
+
+    @property
     def image_pool_stride(self) -> int:
         """1: tile features as projected; s: each tile's patch map bilinearly pooled to ceil(side / s) a side."""
         return FAMILIES[self.family].image_pool_stride
@@ -169,7 +174,7 @@ class LLaDAVConfig:
         missing = sorted(n for n in ("vocab_size", "hidden_size", "num_hidden_layers") if n not in data)
         if missing:
             raise ConfigError(f"{where} lacks {missing}; is this a LLaDA-V checkpoint's config.json?")
-        text = TextConfig(**{k: data[k] for k in text_names if k in data})
+        text = TextConfig(**{**family.text_defaults, **{k: data[k] for k in text_names if k in data}})
         vision_data = data.get("vision_config") or family.vision_defaults
         vision_names = {f.name for f in dataclasses.fields(VisionConfig)}
         vision = VisionConfig(**{k: vision_data[k] for k in vision_names if k in vision_data})
@@ -211,8 +216,9 @@ class LLaDAVConfig:
             back = {v: k for k, v in NATIVE_CONFIG_KEYS.items()}
             text = {back.get(k, k): v for k, v in text.items()}
             text |= {"embedding_size": self.text.vocab_size, **NATIVE_REQUIRED, **NATIVE_WRITTEN}
+        model_type = {"mmada": "mmada", "dream": "Dream", "lavida-dream": "llava_dream"}.get(self.family, "llava_llada")
         return {
-            "model_type": "mmada" if self.family == "mmada" else "llava_llada",
+            "model_type": model_type,
             "family": self.family,
             **text,
             **(
@@ -233,7 +239,7 @@ class LLaDAVConfig:
             "vision_config": dataclasses.asdict(self.vision),
             **(
                 {}
-                if self.has_tower
+                if self.has_tower or FAMILIES[self.family].front_end == "none"
                 else {
                     "codebook_size": self.codebook_size,
                     "image_prefix_ids": list(self.image_prefix_ids),

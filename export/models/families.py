@@ -15,6 +15,12 @@ PyTorch", "Model families"):
                   always on), plain anyres over five pinpoints; its loop (``llada/generate.py`` as its lmms-eval
                   wrapper calls it): one token per step, blocks of min(128, N), no stop, no special id suppressed
 
+    dream         Dream-org/Dream-v0-Instruct-7B: Qwen2.5-7B's shapes (grouped-query attention, q/k/v biases, RoPE
+                  base 1e6), Hugging Face names, shifted logits, ChatML; text only; its loop (``diffusion_generate``):
+                  N steps over the whole window, Dream's timestep schedule, ranked by negative entropy, no stop
+    lavida-dream  jacklishufan/lavida-dream-v1.0-instruct: Dream with LaViDa's SigLIP, pooling and projector; its
+                  loop ranks by top-1 minus top-2 probability (eval/run_dream.sh: alg topk_margin)
+
     mmada         Gen-Verse/MMaDA-8B-*: LLaDA's native names, the vocabulary grown to 134,656 (8,192 image codes);
                   no vision tower: the MAGVIT-v2 tokenizer (showlab/magvitv2) turns a 512 px centre crop into 1,024
                   ids placed as <|mmu|><|soi|> ids <|eoi|> before the chat-templated question; its loop
@@ -29,6 +35,7 @@ config uses Hugging Face's keys.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -65,11 +72,19 @@ class Family:
     system_prompt: str | None = LLADA_V_SYSTEM  # when config.json names none; MMaDA's inference_mmu.py sends none
     # a request's gen_length N: None keeps blocks of at most the default's; k splits N into k blocks (MMaDA: 4)
     loop_blocks: int | None = None
+    # Dream: position i's logits come from hidden state i - 1 (``cat(logits[:, :1], logits[:, :-1])``, kept from
+    # its autoregressive initialisation); the step-zero statistic is read where the logits are
+    shift_logits: bool = False
+    text_defaults: dict = dataclasses.field(default_factory=dict)  # TextConfig keys a config.json leaves out
+    special_strings: dict = dataclasses.field(default_factory=dict)  # SpecialTokens' strings, where not LLaDA's
 
     def own_loop(self, gen_length: int) -> GenerationConfig:
         """The family's official loop over ``gen_length`` positions (the baseline its users run), by confidence (the
         fixed rule): LLaDA-V one token a step in one block; LaViDa one a step in blocks of min(128, N); MMaDA
         (``inference_mmu.py``) two a step in four blocks of N / 4."""
+        if self.generation.schedule == "dream":  # diffusion_generate: N steps over the window, one block
+            return dataclasses.replace(self.generation, gen_length=gen_length, steps=gen_length,
+                                       block_length=gen_length)  # fmt: skip
         if self.name == "mmada":
             if gen_length % 4 or gen_length < 8:
                 raise ConfigError(f"MMaDA's loop (inference_mmu.py: steps N / 2, block_length N / 4) needs a "
@@ -82,6 +97,22 @@ class Family:
                               f"got {gen_length}")  # fmt: skip
         return GenerationConfig(gen_length=gen_length, steps=gen_length, block_length=block, decoding="fixed")
 
+
+# Dream's ChatML tokens (Dream-org/Dream-v0-Instruct-7B's tokenizer; Qwen2.5's plus <|beginoftext|>, <|mask|>):
+# the answer ends with <|im_end|>, then <|endoftext|> pads; ChatML has no end-of-header token, so that field
+# names the header's <|im_start|> again (Dream's loop suppresses nothing, so neither is read)
+DREAM_STRINGS = {
+    "mask_id": "<|mask|>",
+    "endoftext_id": "<|endoftext|>",
+    "startoftext_id": "<|beginoftext|>",
+    "eot_id": "<|im_end|>",
+    "start_header_id": "<|im_start|>",
+    "end_header_id": "<|im_start|>",
+}
+# diffusion_generate as Dream's README and LaViDa's eval run it, greedy: N steps over N positions, one block
+DREAM_LOOP = dict(block_length=256, gen_length=256, steps=256, decoding="fixed", schedule="dream")
+DREAM = dict(suppress_special=False, loop_blocks=1, shift_logits=True, special_strings=DREAM_STRINGS,
+             text_defaults={"qkv_bias": True})  # fmt: skip
 
 FAMILIES = MappingProxyType(
     {
@@ -115,9 +146,36 @@ FAMILIES = MappingProxyType(
                 system_prompt=None,
                 loop_blocks=4,
             ),
+            Family(
+                "dream",
+                1,
+                "pad",
+                LLADA_V_PINPOINTS,  # unused: text only
+                # the README's example: max_new_tokens = steps = 512, alg "entropy"
+                GenerationConfig(
+                    **{**DREAM_LOOP, "gen_length": 512, "steps": 512, "block_length": 512}, remasking="entropy"
+                ),  # fmt: skip
+                front_end="none",
+                system_prompt=None,  # Qwen's template writes its own default system turn
+                **DREAM,
+            ),
+            Family(
+                "lavida-dream",
+                2,
+                "anyres",
+                LAVIDA_PINPOINTS,
+                # eval/run_dream.sh: alg topk_margin; lmms-eval's wrapper: max_new_tokens 256, steps min(512, 256)
+                GenerationConfig(**DREAM_LOOP, remasking="topk_margin"),
+                **DREAM,
+            ),
         )
     }
 )
+
+
+def special_tokens(family: str, tokenizer_json: str | Path) -> SpecialTokens:
+    """The ids of ``family``'s special tokens in ``tokenizer_json`` (LLaDA's strings, or Dream's ChatML ones)."""
+    return SpecialTokens.from_tokenizer(tokenizer_json, get_family(family).special_strings)
 
 
 def suppressed_ids(family: str, special: SpecialTokens) -> tuple[int, ...]:
@@ -135,6 +193,9 @@ def infer_family(data: dict[str, Any], native: bool) -> str:
     """The family of a config.json: its ``family`` key, else LaViDa-LLaDA for native keys beside a vision tower."""
     if "family" in data:
         return str(data["family"])
+    kind = str(data.get("model_type", "")).lower()
+    if kind in ("dream", "llava_dream"):  # DreamConfig's model_type "Dream"; LaViDa's LlavaDreamConfig "llava_dream"
+        return "lavida-dream" if kind == "llava_dream" or "mm_hidden_size" in data else "dream"
     if native and (data.get("model_type") == "mmada" or "codebook_size" in data):
         return "mmada"
     if native and ("mm_hidden_size" in data or "mm_vision_tower" in data):

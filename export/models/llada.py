@@ -84,6 +84,27 @@ def attention_mask(segment_ids: torch.Tensor, past: int = 0) -> torch.Tensor:
     return ((same & valid) | eye)[:, None]
 
 
+def predecessors(segment_ids: torch.Tensor, start: int) -> torch.Tensor:
+    """[B, S - start] int64: for each position from ``start`` on, the index of the position before it in its row
+    (the nearest earlier one with the same segment id), or its own index when it has none (a row's first position,
+    as Dream's ``cat(logits[:, :1], logits[:, :-1])`` keeps position 0's own logits).
+
+    Dream's logit shift over any layout: left-padded rows (a row's first answer position reads the last prompt
+    position) and packed rows (each reads its own prompt's last position) alike, from comparisons only.
+    """
+    s = segment_ids.shape[1]
+    keys = torch.arange(s, device=segment_ids.device)  # [S]
+    queries = keys[start:]  # [G]
+    same = (segment_ids[:, start:, None] == segment_ids[:, None, :]) & (keys[None, None, :] < queries[None, :, None])
+    before = torch.where(same, keys[None, None, :], torch.full_like(same, -1, dtype=keys.dtype)).amax(-1)  # [B, G]
+    return torch.where(before < 0, queries[None, :], before)
+
+
+def gather_positions(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``hidden`` [B, S, D] at positions ``index`` [B, G] -> [B, G, D] (one GatherElements)."""
+    return hidden.gather(1, index[..., None].expand(-1, -1, hidden.shape[-1]))
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: TextConfig) -> None:
         super().__init__()

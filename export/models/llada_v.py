@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seer_export.models.config import LLaDAVConfig
-from seer_export.models.llada import DecoderLayer, RMSNorm, attention_mask, rope
+from seer_export.models.llada import DecoderLayer, RMSNorm, attention_mask, gather_positions, predecessors, rope
 from seer_export.models.magvit import MagvitTokenizer
 from seer_export.models.siglip import SigLipVisionTower
 from seer_trt.contracts.errors import ConfigError, InputError
@@ -189,7 +189,15 @@ class LLaDAV(nn.Module):
         """Logits [B, G, V] of the answer window ``gen_ids`` [B, G] after the prompt [B, P, D]."""
         embeds = torch.cat([prefix_embeds, self.model.embed_tokens(gen_ids).to(prefix_embeds.dtype)], dim=1)
         hidden = self.hidden_states(embeds, segment_ids, position_ids)
-        return self.lm_head(hidden[:, prefix_embeds.shape[1] :]).float()
+        return self.lm_head(self.answer_states(hidden, segment_ids, prefix_embeds.shape[1])).float()
+
+    def answer_states(self, hidden: torch.Tensor, segment_ids: torch.Tensor, start: int) -> torch.Tensor:
+        """The states [B, G, ...] that predict the positions from ``start`` on, of ``hidden`` [B, S, ...] over the
+        call's S positions (``segment_ids`` [B, S]): those positions' own, or for a shifted family (Dream) those of
+        the position before each in its row (``predecessors``)."""
+        if not self.config.shift_logits:
+            return hidden[:, start:]
+        return gather_positions(hidden, predecessors(segment_ids, start))
 
     def forward_cached(
         self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor,
@@ -217,7 +225,7 @@ class LLaDAV(nn.Module):
         for layer, (past_k, past_v) in zip(self.model.layers, past, strict=True):
             x, k, v = layer.forward_cached(x, mask, cos, sin, past_k, past_v, weights)
             present.append((k[:, :, :p], v[:, :, :p]))
-        return self.lm_head(self.model.norm(x)[:, p:]).float(), present
+        return self.lm_head(self.answer_states(self.model.norm(x), segment_ids[:, c:], p)).float(), present
 
 
 def left_pad_prompts(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from seer_export.models.config import LLaDAVConfig
+from seer_export.models.families import FAMILIES
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.magvit import (
     IMAGE_TOKENIZER_DIR,
@@ -341,7 +342,7 @@ def read_config(folder: Path) -> LLaDAVConfig:
     """
     path = folder / "config.json"
     cfg = LLaDAVConfig.from_file(path)
-    if cfg.has_tower:
+    if cfg.has_tower or FAMILIES[cfg.family].front_end == "none":  # no image tokenizer to read
         return cfg
     if cfg.image_token_offset is None:
         if not (folder / "tokenizer.json").is_file():

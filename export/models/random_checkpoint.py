@@ -25,14 +25,14 @@ from pathlib import Path
 import torch
 
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
-from seer_export.models.families import FAMILIES
+from seer_export.models.families import FAMILIES, special_tokens
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import INDEX_FILE
 from seer_export.models.magvit import IMAGE_TOKENIZER_DIR, IMAGE_TOKENIZER_FILES, MagvitConfig, MagvitTokenizer
 from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
+from seer_export.reference.fixture import write_tokenizer
 from seer_trt.cli.common import Parser, add_verbose, run_main
-from seer_trt.contracts.config import SpecialTokens
 from seer_trt.contracts.errors import ConfigError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -67,15 +67,19 @@ def write_random_checkpoint(
     with torch.device("meta"):  # stored under the checkpoint's names: LLaDA-V's, or LLaDA's native (cfg.naming)
         shapes = {to_checkpoint(n, cfg.naming): tuple(t.shape) for n, t in LLaDAV(cfg).state_dict().items()}
     _write_tensors(folder, shapes, lambda name: "norm" in to_module(name, cfg.naming), dtype, seed, gain, shard_bytes)
-    for file in TOKENIZER_FILES:
-        shutil.copy2(Path(tokenizer_from) / file, folder / file)
+    family = FAMILIES[cfg.family]
+    if family.special_strings and Path(tokenizer_from) == FIXTURE_DIR:  # Dream's ChatML tokens, not LLaDA's
+        write_tokenizer(folder, cfg.family)
+    else:
+        for file in TOKENIZER_FILES:
+            shutil.copy2(Path(tokenizer_from) / file, folder / file)
     data = cfg.to_dict()
-    if cfg.naming == "llada-native":  # the token ids a native config names, as LLaDA's modeling code reads them
-        special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
+    if cfg.naming == "llada-native" or family.special_strings:  # the token ids the modeling code reads from config
+        special = special_tokens(cfg.family, folder / "tokenizer.json")
         data |= {"eos_token_id": special.endoftext_id, "pad_token_id": special.endoftext_id,
                  "mask_token_id": special.mask_id}  # fmt: skip
     (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
-    if not cfg.has_tower:
+    if family.front_end == "magvitv2":
         write_image_tokenizer(folder / IMAGE_TOKENIZER_DIR, image_tokenizer or MagvitConfig(), dtype, seed + 1, gain)
     return folder
 
@@ -155,6 +159,13 @@ def model_layout(model: str, layers: int) -> LLaDAVConfig:
     family = FAMILIES[model]
     base = llada_v_layout(layers)
     extra = {}
+    if family.shift_logits:  # Dream-7B: Qwen2.5-7B's language model, under Hugging Face's names
+        text = TextConfig(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=layers,
+                          num_attention_heads=28, num_key_value_heads=4, rms_norm_eps=1e-6, rope_theta=1e6,
+                          qkv_bias=True)  # fmt: skip
+        return dataclasses.replace(base, text=text, family=model, image_aspect_ratio=family.image_aspect_ratio,
+                                   image_grid_pinpoints=family.image_grid_pinpoints, generation=family.generation,
+                                   system_prompt=family.system_prompt)  # fmt: skip
     if family.front_end == "magvitv2":  # MMaDA: 126,464 text rows + 8,192 codes, padded to 134,656
         extra = dict(text=dataclasses.replace(base.text, vocab_size=134656), vision=VisionConfig(**family.vision_defaults),
                      codebook_size=8192, image_prefix_ids=family.image_prefix_ids,

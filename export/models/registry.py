@@ -71,6 +71,22 @@ MODELS = MappingProxyType(
                 "--checkpoint DIR or the HF cache",
                 family="mmada",
             ),
+            ModelEntry(
+                "dream",
+                "Dream-org/Dream-v0-Instruct-7B",
+                None,
+                "Dream 7B, text only (Qwen2.5-7B's shapes: grouped-query attention, q/k/v biases; shifted logits); "
+                "--checkpoint DIR or the HF cache",
+                family="dream",
+            ),
+            ModelEntry(
+                "lavida-dream",
+                "jacklishufan/lavida-dream-v1.0-instruct",
+                None,
+                "LaViDa-Dream 7B (Dream with LaViDa's SigLIP, pooled tiles and projector); --checkpoint DIR or the "
+                "HF cache",
+                family="lavida-dream",
+            ),
         )
     }
 )

@@ -140,16 +140,17 @@ class StepZeroGraph(_Graph):
     def forward(
         self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor, segment_ids: torch.Tensor, position_ids: torch.Tensor
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        k = self.seer.probe_layer
-        answer = slice(prefix_embeds.shape[1], None)
+        k, p = self.seer.probe_layer, prefix_embeds.shape[1]
         with capture_mlp(self.llada, (k,)) as seen:
             hidden = self.llada.hidden_states(self._embeds(prefix_embeds, gen_ids), segment_ids, position_ids,
                                               upto=k + 1)  # fmt: skip
-        stat = mlp_statistic(seen[k], self.seer.statistic, self.seer.tau_abs)[:, answer]  # [B, G] float32
+        # read where the logits are: the answer positions, or (a shifted family) the positions before them
+        stat = mlp_statistic(seen[k], self.seer.statistic, self.seer.tau_abs)  # [B, P + G] float32
+        stat = self.llada.answer_states(stat[..., None], segment_ids, p)[..., 0]  # [B, G]
         if self.seer.signal != "probe":
             return stat
         weight = getattr(self, PROBE_INITIALIZER)
-        return stat, probe_score(normalise(hidden[:, answer]), self.seer, weight)  # [B, G] float32
+        return stat, probe_score(normalise(self.llada.answer_states(hidden, segment_ids, p)), self.seer, weight)
 
 
 class _CachedGraph(_Graph):

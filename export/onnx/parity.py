@@ -321,12 +321,14 @@ def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path
 
     seer = manifest.seer
     zero = step_zero_graph(seer)
-    if any(g not in manifest.graphs for g in ("embed", image_graph(manifest.vision.encoder), zero, "denoise")):
+    image = image_graph(manifest.vision.encoder)  # None: a text-only model (Dream)
+    if any(g not in manifest.graphs for g in ("embed", zero, "denoise", *([image] if image else []))):
         return None
     gen = dataclasses.replace(manifest.generation, temperature=0.0, remasking="low_confidence")
     enc = TaskEncoder(checkpoint, model.config)
     vision = manifest.vision
-    batch = make_samples(HELD_OUT_SEED, samples, vision.image_size // vision.patch_size, vision.patch_size)
+    batch = make_samples(HELD_OUT_SEED, 4 * samples, vision.image_size // vision.patch_size, vision.patch_size)
+    batch = [s for s in batch if image or s.image is None][:samples]  # a text-only model: the questions without one
     prefix, valid = enc.prefix(model, batch)
     ref, _ = seer_generate(model, prefix, valid, gen, manifest.special_tokens, seer)
     pipe = SeerPipeline(folder, manifest, OrtBackend(folder, manifest))

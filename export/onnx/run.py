@@ -39,7 +39,8 @@ from seer_export.onnx.export import Log, export_graph
 from seer_export.onnx.options import ExportError, ExportOptions
 from seer_export.onnx.shared_weights import SharedWeights
 from seer_export.onnx.source import TOKENIZER_FILES, Source, model_dims, open_source
-from seer_trt.contracts.graphs import for_front_end, graph_precision, graph_specs
+from seer_trt.contracts.config import SCORED
+from seer_trt.contracts.graphs import SAMPLING_GRAPHS, for_front_end, graph_precision, graph_specs
 from seer_trt.contracts.integrity import checksums
 from seer_trt.contracts.manifest import (
     SCHEMA_VERSION,
@@ -120,6 +121,7 @@ def model_info(name: str, cfg: LLaDAVConfig, folder: Path | None = None) -> Mode
         task_family=family,
         family=cfg.family,
         loop_blocks=FAMILIES[cfg.family].loop_blocks,
+        logit_shift=int(FAMILIES[cfg.family].shift_logits),
     )
 
 
@@ -199,7 +201,9 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
     if options.validate:
         check_validation_memory(source, options)
     seer = source.config.seer
-    names = for_front_end(options.graphs, "siglip" if source.config.has_tower else "magvitv2")
+    names = for_front_end(options.graphs, FAMILIES[source.config.family].front_end)
+    if source.config.generation.remasking in SCORED:  # Dream's own loop ranks by a score of the whole distribution
+        names = tuple(dict.fromkeys(names + SAMPLING_GRAPHS))
     specs = graph_specs(model_dims(source.config), options.precision, names, probe=seer.signal == "probe")
     with staging_folder(options.out, options.force) as staging:
         entries: dict[str, GraphEntry] = {}

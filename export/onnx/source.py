@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from seer_export.models.config import LLaDAVConfig
+from seer_export.models.families import special_tokens
 from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import CheckpointTensors, check_state, model_state, read_config
 from seer_export.models.registry import check_family, get_entry, resolve
@@ -47,7 +48,7 @@ def open_source(model: str, checkpoint: Path | None) -> Source:
         )
     cfg = read_config(folder)  # with its image tokenizer's, for MMaDA
     check_family(model, cfg, folder / "config.json")
-    special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
+    special = special_tokens(cfg.family, folder / "tokenizer.json")  # the family's strings: LLaDA's or Dream's
     tensors = model_state(folder, cfg)  # with an image tokenizer's encoder, for MMaDA
     with torch.device("meta"):
         check_state(LLaDAV(cfg), tensors, cfg.naming)  # names and shapes, all at once

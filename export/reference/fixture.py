@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
-from seer_export.models.families import FAMILIES
+from seer_export.models.families import FAMILIES, special_tokens
 from seer_export.models.llada_v import LLaDAV, left_pad_prompts
-from seer_trt.contracts.config import GenerationConfig, SpecialTokens
+from seer_trt.contracts.config import GenerationConfig
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, IMAGE_TOKEN
 from seer_trt.eval.tasks import DEFAULT_FAMILY, FAMILY_KEY, Sample, task_family, vocabulary
@@ -44,19 +44,35 @@ SPECIAL_STRINGS = [
 ]
 
 
-def build_tokenizer():
-    """A word-level tokenizer over the task's vocabulary plus LLaDA-V's special tokens."""
+# Dream's (Qwen2.5's) ChatML tokens and turn layout: "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then
+# "<|im_start|>assistant\n". Without Qwen's default system turn: a fixture's prompts hold only its task's words.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+DREAM_SPECIAL_STRINGS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|beginoftext|>", "<|mask|>"]
+
+
+def build_tokenizer(family: str = "llada-v"):
+    """A word-level tokenizer over the task's vocabulary (its role words included) plus the model family's special
+    tokens (LLaDA-V's, or Dream's ChatML ones)."""
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
+    dream = bool(FAMILIES[family].special_strings)
     words = ["[UNK]"] + vocabulary()
     vocab = {w: i for i, w in enumerate(words)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIAL_STRINGS])
+    strings = DREAM_SPECIAL_STRINGS if dream else SPECIAL_STRINGS
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in strings])
     return tok
 
 
-def tokenizer_config() -> dict:
+def tokenizer_config(family: str = "llada-v") -> dict:
+    if FAMILIES[family].special_strings:  # Dream: ChatML, no BOS, <|endoftext|> ends and pads
+        return {"chat_template": CHATML_TEMPLATE, "bos_token": None, "eos_token": "<|endoftext|>",
+                "pad_token": "<|endoftext|>", "mask_token": "<|mask|>",
+                "tokenizer_class": "PreTrainedTokenizerFast"}  # fmt: skip
     return {
         "chat_template": CHAT_TEMPLATE,
         "bos_token": "<|startoftext|>",
@@ -97,10 +113,26 @@ def fixture_config(vocab_size: int, gen_length: int = 64) -> LLaDAVConfig:
     )
 
 
-def write_tokenizer(folder: Path) -> None:
+def dream_fixture_config(vocab_size: int, gen_length: int = 64) -> LLaDAVConfig:
+    """The Dream family at the fixture's size (``tiny-dream``): 8 layers of width 128, grouped-query attention (4
+    query heads over 2 K/V heads) with q/k/v biases, RoPE base 1e6, shifted logits, text only; Dream's own loop
+    (steps = positions, Dream's schedule, ranked by negative entropy) over ``gen_length`` positions."""
+    return LLaDAVConfig(
+        text=TextConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=384, num_hidden_layers=8,
+                        num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6,
+                        qkv_bias=True),
+        vision=VisionConfig(),  # unused: no tower
+        image_aspect_ratio="pad",
+        generation=FAMILIES["dream"].own_loop(gen_length),
+        system_prompt=None,
+        family="dream",
+    )  # fmt: skip
+
+
+def write_tokenizer(folder: Path, family: str = "llada-v") -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    build_tokenizer().save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2) + "\n")
+    build_tokenizer(family).save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(family), indent=2) + "\n")
 
 
 def fixture_family(folder: Path) -> str:
@@ -126,7 +158,7 @@ class TaskEncoder:
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.chat = ChatFormat.from_folder(folder, system=cfg.system_prompt)
         self.chat_tokenizer = ChatTokenizer(folder / "tokenizer.json", self.chat)  # as the runtime encodes prompts
-        self.special = SpecialTokens.from_tokenizer(folder / "tokenizer.json")
+        self.special = special_tokens(cfg.family, folder / "tokenizer.json")
         self.cfg = cfg
         self.family = fixture_family(folder)  # the task family its prompts are drawn from (seer_trt.eval.tasks)
 
@@ -150,6 +182,8 @@ class TaskEncoder:
         for s in samples:
             if s.image is None:
                 images = None
+            elif FAMILIES[self.cfg.family].front_end == "none":
+                raise ConfigError(f"{self.cfg.family} is a text-only model; its task samples hold no images")
             elif not self.cfg.has_tower:  # MMaDA: the image tokenizer's ids
                 images = model.image_ids(torch.from_numpy(center_crop_tile(s.image, size)))
             elif self.cfg.image_aspect_ratio.startswith("anyres"):

@@ -35,7 +35,7 @@ import torch
 
 from seer_export.models.families import suppressed_ids
 from seer_export.models.llada_v import LLaDAV, window_layout
-from seer_trt.contracts.config import GenerationConfig, SpecialTokens
+from seer_trt.contracts.config import SCORED, GenerationConfig, SpecialTokens
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.runtime.schedule import plan_schedule
 
@@ -87,6 +87,15 @@ def commit_rule(rule: tuple[str, float | None], log_conf: torch.Tensor, eligible
     passes &= torch.gather(eligible, 1, order)
     count = torch.cumprod(passes.long(), dim=1).sum(1).clamp(min=1)
     return commit_top_k(log_conf, count) & eligible
+
+
+def dream_score(p: torch.Tensor, remasking: str) -> torch.Tensor:
+    """[B, N] float64 score of Dream's ``sample_tokens`` from probabilities ``p`` [B, N, V]: top-1 minus top-2
+    (``topk_margin``), or sum p log(p + 1e-10), the negative entropy (``entropy``)."""
+    if remasking == "topk_margin":
+        top = torch.topk(p, 2, dim=-1).values
+        return top[..., 0] - top[..., 1]
+    return (p * torch.log(p + 1e-10)).sum(-1)
 
 
 @torch.no_grad()
@@ -164,6 +173,9 @@ def generate(
         if gen.remasking == "low_confidence":
             p = torch.softmax(logits.double(), dim=-1)
             conf = torch.gather(p, -1, x0[..., None])[..., 0].log()  # [B, N] float64 log-probability
+        elif gen.remasking in SCORED:  # Dream's sample_tokens: the margin of the top two, or the negative entropy
+            p = torch.softmax(logits.double() / (gen.temperature or 1.0), dim=-1)
+            conf = dream_score(p, gen.remasking)
         else:
             conf = noise(n).log()
         if fixed:

@@ -125,13 +125,16 @@ def step_zero(
     kept = torch.full((batch,), gen_length, device=prefix_embeds.device)
     segment_ids, position_ids = window_layout(prefix_valid, kept, gen_length)
     gen_ids = torch.full((batch, gen_length), special.mask_id, dtype=torch.long, device=prefix_embeds.device)
-    answer = slice(prompt_len, None)
+
+    def answer(x: torch.Tensor) -> torch.Tensor:  # [B, P + N, ...] -> where the answer's predictions are read
+        return model.answer_states(x, segment_ids, prompt_len)
+
     streams: dict[int, torch.Tensor] = {}
     hooks = []
     if residual:
         for k in layers:
             hooks.append(model.model.layers[k].register_forward_hook(
-                lambda m, i, o, k=k: streams.__setitem__(k, normalise(o[:, answer]))))  # fmt: skip
+                lambda m, i, o, k=k: streams.__setitem__(k, normalise(answer(o)))))  # fmt: skip
     try:
         with capture_mlp(model, layers) as seen:
             if full_depth:
@@ -147,7 +150,8 @@ def step_zero(
     def stack(statistic: str) -> np.ndarray:  # [B, layers, N]
         if not layers:
             return np.zeros((batch, 0, gen_length), dtype=np.float32)
-        return torch.stack([mlp_statistic(seen[k], statistic, tau_abs)[:, answer] for k in layers], 1).cpu().numpy()
+        stats = [answer(mlp_statistic(seen[k], statistic, tau_abs)[..., None])[..., 0] for k in layers]
+        return torch.stack(stats, 1).cpu().numpy()
 
     p_end = None
     if logits is not None:

@@ -28,6 +28,9 @@ DETECTORS = ("jump", "threshold")
 DECODINGS = ("fixed", "threshold", "factor")  # commit rules of the loop (docs/DESIGN.md "Decoding strategies")
 # what a new export defaults to (measured: docs/results.md "Decoding strategies"); a manifest without one ran "fixed"
 DEFAULT_DECODING = "factor:1"
+REMASKINGS = ("low_confidence", "random", "topk_margin", "entropy")
+SCORED = ("topk_margin", "entropy")  # Dream's scores: they rank positions, but are no log-probability to threshold
+SCHEDULES = ("even", "dream")
 PROBE_EPS = 1e-6  # the probe reads the residual stream RMS-normalised (no weight): x / sqrt(mean(x^2) + eps)
 
 
@@ -70,18 +73,23 @@ class SpecialTokens:
         return (self.endoftext_id, self.startoftext_id, self.start_header_id, self.end_header_id)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer_json: str | Path) -> SpecialTokens:
-        """Resolve every id from a ``tokenizer.json`` (the light ``tokenizers`` package, no transformers)."""
+    def from_tokenizer(cls, tokenizer_json: str | Path, strings: dict[str, str] | None = None) -> SpecialTokens:
+        """Resolve every id from a ``tokenizer.json`` (the light ``tokenizers`` package, no transformers).
+
+        ``strings``: the token string of each field when the model family names others than LLaDA's ``STRINGS``
+        (Dream's ChatML: ``<|mask|>``, ``<|im_end|>``, ...; ``seer_export.models.families.Family.special_strings``).
+        """
         from tokenizers import Tokenizer
 
+        strings = {**cls.STRINGS, **(strings or {})}
         tok = Tokenizer.from_file(str(tokenizer_json))
         ids: dict[str, int] = {}
-        for field, text in cls.STRINGS.items():
+        for field, text in strings.items():
             idx = tok.token_to_id(text)
             if idx is None:
                 raise ConfigError(
                     f"tokenizer {tokenizer_json} has no token {text!r}; a LLaDA-V tokenizer must define all of "
-                    f"{sorted(cls.STRINGS.values())}"
+                    f"{sorted(set(strings.values()))}"
                 )
             ids[field] = idx
         return cls(**ids)
@@ -139,9 +147,14 @@ class GenerationConfig:
     steps: int = 128  # denoising steps over the whole window
     block_length: int = 128  # semi-autoregressive block; == gen_length means one block
     temperature: float = 0.0  # 0: greedy argmax; > 0: Gumbel-max in float64
-    remasking: Literal["low_confidence", "random"] = "low_confidence"
+    # the confidence that ranks positions: the prediction's probability (low_confidence; Dream's maskgit_plus),
+    # uniform noise (random), top-1 minus top-2 probability (topk_margin) or the negative entropy (entropy): Dream's
+    remasking: Literal["low_confidence", "random", "topk_margin", "entropy"] = "low_confidence"
     # commit rule: "fixed" (k tokens per step from steps), "threshold:TAU" or "factor:F" (as many as confidence allows)
     decoding: str = "fixed"
+    # how the fixed rule spreads a window's masks over its steps: "even" (LLaDA's get_num_transfer_tokens, per block)
+    # or "dream" (Dream's diffusion_generate: int(masks left * (1 - s / t)) over timesteps linspace(1, 1e-3), one block)
+    schedule: Literal["even", "dream"] = "even"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "decoding", canonical_decoding(self.decoding))
@@ -166,8 +179,16 @@ class GenerationConfig:
             )
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
-        if self.remasking not in ("low_confidence", "random"):
-            raise ConfigError(f"remasking must be 'low_confidence' or 'random', got {self.remasking!r}")
+        if self.remasking not in REMASKINGS:
+            raise ConfigError(f"remasking must be one of {list(REMASKINGS)}, got {self.remasking!r}")
+        if self.remasking in SCORED and self.decoding != "fixed":
+            raise ConfigError(f"remasking {self.remasking!r} ranks positions by a score that is not a probability; "
+                              f"it runs with decoding 'fixed' (Dream's loop), not {self.decoding!r}")  # fmt: skip
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+        if self.schedule == "dream" and self.block_length != self.gen_length:
+            raise ConfigError(f"the dream schedule runs one block over the whole window (diffusion_generate); "
+                              f"block_length {self.block_length} differs from gen_length {self.gen_length}")  # fmt: skip
 
     @property
     def num_blocks(self) -> int:

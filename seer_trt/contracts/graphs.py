@@ -251,13 +251,17 @@ def graph_precision(name: str, precision: str) -> str:
     return "float32" if name in FP32_GRAPHS else precision
 
 
-def image_graph(encoder: str) -> str:
-    """The graph that turns an image into what its placeholder becomes: features (``vision``) or ids."""
-    return IMAGE_GRAPHS[encoder]
+def image_graph(encoder: str) -> str | None:
+    """The graph that turns an image into what its placeholder becomes: features (``vision``) or ids; None for a
+    text-only model (encoder "none")."""
+    return IMAGE_GRAPHS.get(encoder)
 
 
 def for_front_end(names: tuple[str, ...], encoder: str) -> tuple[str, ...]:
-    """``names`` with the image graph of ``encoder`` for either front end's (``--graphs vision`` means the model's)."""
+    """``names`` with the image graph of ``encoder`` for either front end's (``--graphs vision`` means the model's);
+    a text-only model (``encoder`` "none", Dream) has none."""
+    if encoder == "none":
+        return tuple(n for n in names if n not in IMAGE_GRAPHS.values())
     return tuple(dict.fromkeys(image_graph(encoder) if n in IMAGE_GRAPHS.values() else n for n in names))
 
 

@@ -23,6 +23,9 @@ generation defaults gained ``decoding`` and the model its fixture's ``task_famil
 ``encoder`` and ``pool_stride`` (LaViDa pools each tile's features inside the ``vision`` graph; ``tokens_per_tile``
 counts them after the pool), and where the image goes (``placement``, ``prefix_ids``, ``suffix_ids``: MMaDA's ids
 come from the ``image_tokens`` graph, ahead of the question); absent from older manifests, read as LLaDA-V's.
+2.4: the model records its ``logit_shift`` (1: Dream's, position i predicted from hidden state i - 1; a cached step
+then computes each row's last prompt position), the vision encoder may be "none" (text only), and the generation
+defaults may name Dream's ``schedule`` and its ``topk_margin`` / ``entropy`` remasking; absent: 0, "even".
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from seer_trt.contracts.errors import ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec, TensorSpec
 from seer_trt.contracts.profiles import LengthBuckets, Profile
 
-SCHEMA_VERSION = "2.3"
+SCHEMA_VERSION = "2.4"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
 WEIGHTS_INDEX = "weights.json"  # name -> where in the shared weights file, one line per tensor
@@ -75,6 +78,9 @@ class ModelInfo:
     family: str = "llada-v"  # the model family (seer_export.models.families): "llada-v" | "lavida-llada" | "mmada"
     # a request's gen_length N: None keeps blocks of at most the default's; k splits N into k blocks (MMaDA's N / 4)
     loop_blocks: int | None = None
+    # 1: position i's logits (and step zero's statistic) come from hidden state i - 1, the position before it in its
+    # row (Dream); a cached step then computes each row's last prompt position with its answer (runtime.kv_cache)
+    logit_shift: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +95,8 @@ class VisionInfo:
     grid_pinpoints: tuple[tuple[int, int], ...]  # anyres candidate (width, height) px resolutions
     anyres_max_tiles: int | None  # N of anyres_max_N, None otherwise
     newline: str  # "unpad": image_newline after a single tile's features and after each anyres map row; "none"
-    encoder: str = "siglip"  # "siglip": the vision graph's tower (SigLIP / SigLIP2); "magvitv2": image_tokens' ids
+    # "siglip": the vision graph's tower (SigLIP / SigLIP2); "magvitv2": image_tokens' ids; "none": text only (Dream)
+    encoder: str = "siglip"
     pool_stride: int = 1  # 1: no pool; s: each tile's map bilinearly pooled to ceil(side / s) a side, in the graph
     # "inline": the image where <image> stands in the user's message; "before_prompt": prefix_ids, the image,
     # suffix_ids, then the chat-templated question without it (MMaDA's <|mmu|><|soi|> ids <|eoi|>)
@@ -108,9 +115,9 @@ class VisionInfo:
         object.__setattr__(self, "grid_pinpoints", tuple(tuple(int(v) for v in p) for p in self.grid_pinpoints))
         if self.newline not in ("none", "unpad"):
             raise ManifestError(f"vision.newline {self.newline!r} is not one of 'none', 'unpad'")
-        if self.encoder not in ("siglip", "magvitv2") or self.placement not in ("inline", "before_prompt"):
-            raise ManifestError(f"vision encoder {self.encoder!r} / placement {self.placement!r}: expected 'siglip' or "
-                                f"'magvitv2', 'inline' or 'before_prompt'; upgrade seer-trt or re-export")  # fmt: skip
+        if self.encoder not in ("siglip", "magvitv2", "none") or self.placement not in ("inline", "before_prompt"):
+            raise ManifestError(f"vision encoder {self.encoder!r} / placement {self.placement!r}: expected 'siglip', "
+                                f"'magvitv2' or 'none', 'inline' or 'before_prompt'; upgrade seer-trt or re-export")  # fmt: skip
         object.__setattr__(self, "prefix_ids", tuple(int(i) for i in self.prefix_ids))
         object.__setattr__(self, "suffix_ids", tuple(int(i) for i in self.suffix_ids))
 

@@ -65,6 +65,10 @@ TASK_FAMILIES = {
         tuple(0.25 * w for w in TASK_WEIGHTS) + (0.22, 0.18, 0.13, 0.22),
     ),
 }
+# tiny-dream (a text-only model): the text tasks alone, counting and repeating as in "shapes", with the harder
+# counting from a to b and list repeats at a small share
+TASK_FAMILIES["text"] = TaskFamily(("repeat", "count_to", "count_from", "count_down", "repeat_list"),
+                                   (0.35, 0.35, 0.1, 0.1, 0.1))  # fmt: skip
 DEFAULT_FAMILY = "shapes"
 
 

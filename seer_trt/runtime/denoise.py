@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from seer_trt.contracts.backend import Backend
+from seer_trt.contracts.config import SCORED
 from seer_trt.contracts.graphs import log_confidence, step_outputs
 from seer_trt.contracts.policies import EXACT, CacheConfig
 from seer_trt.runtime.kv_cache import GroupCache
@@ -95,7 +96,8 @@ class Greedy:
 
 @dataclasses.dataclass(frozen=True)
 class Sampled:
-    """Gumbel-max over ``denoise_logits`` in float64 (LLaDA's ``add_gumbel_noise``), or random remasking."""
+    """Gumbel-max over ``denoise_logits`` in float64 (LLaDA's ``add_gumbel_noise``; argmax at temperature 0), ranked
+    by the prediction's log-probability, uniform noise (random remasking) or Dream's margin or negative entropy."""
 
     temperature: float
     remasking: str  # "low_confidence" | "random"
@@ -113,9 +115,22 @@ class Sampled:
             x0 = np.argmax(logits, axis=-1)
         if self.remasking == "random":
             return x0, np.log(uniform(self.seeds, 2 * step + 1, positions, 1)[..., 0])
+        if self.remasking in SCORED:  # Dream's scores, from the (temperature-scaled) softmax
+            scaled = shifted / (self.temperature or 1.0)
+            p = np.exp(scaled - scaled.max(-1, keepdims=True))
+            return x0, dream_score(p / p.sum(-1, keepdims=True), self.remasking)
         picked = np.take_along_axis(shifted, x0[..., None], -1)[..., 0]
         with np.errstate(divide="ignore"):
             return x0, picked - np.log(np.exp(shifted).sum(-1))  # log softmax of x0, float64
+
+
+def dream_score(p: np.ndarray, remasking: str) -> np.ndarray:
+    """[n, L] float64 score of Dream's ``sample_tokens`` from probabilities ``p`` [n, L, V]: top-1 minus top-2
+    probability (``topk_margin``), or sum p log(p + 1e-10), the negative entropy (``entropy``)."""
+    if remasking == "topk_margin":
+        top = np.partition(p, p.shape[-1] - 2, axis=-1)[..., -2:]
+        return top[..., 1] - top[..., 0]
+    return (p * np.log(p + 1e-10)).sum(-1)
 
 
 def commit_top_k(confidence: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -192,6 +207,7 @@ def denoise(
     rule: tuple[str, float | None] = ("fixed", None),
     block_length: int | None = None,
     cost: CostModel | None = None,
+    logit_shift: int = 0,
 ) -> Denoised:
     """Denoise a group's answer windows.
 
@@ -207,6 +223,8 @@ def denoise(
         rule: the decoding rule (``GenerationConfig.rule``): fixed, threshold or factor.
         block_length: the block of the threshold and factor rules (None: one block per window).
         cost: the dispatch's cost model, which decides when a group is re-formed from its live rows.
+        logit_shift: the manifest's ``model.logit_shift`` (1: Dream's shifted logits; the cache then keeps each
+            row's last prompt position out, ``seer_trt.runtime.kv_cache``).
     """
     n, width = len(schedule.kept), int(schedule.kept.max())
     shape = (n, width)
@@ -219,7 +237,7 @@ def denoise(
     used = np.zeros(n, dtype=np.int64)
     refreshes = np.zeros(n, dtype=np.int64)
     cap = schedule.steps if fixed else schedule.kept  # steps a row may take (every dynamic step commits one)
-    kv = GroupCache(cache, backend.spec(decoder.graph), layout)
+    kv = GroupCache(cache, backend.spec(decoder.graph), layout, logit_shift)
     reads = step_outputs(backend.spec(decoder.graph))  # what a step that stores no cache fetches
     ends = np.zeros(n, dtype=np.int64)  # [n] each row's block end at the previous step
     for t in range(int(cap.max())):

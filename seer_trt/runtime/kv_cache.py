@@ -20,6 +20,11 @@ sum to 1, so reuse is the forecast with one snapshot and weight 1. The tanh boun
 order 1 with alpha 0.55 never weighs the newest snapshot above 1.5. The combination is computed where the K/V
 are, inside the window graph (``past_weights``), never here: per step only the M weights cross to the device.
 
+Shifted logits (Dream, manifest ``model.logit_shift`` 1): a row's first answer position is predicted from the
+hidden state of its last prompt position, which no cache holds. A cached step then computes each row's last prompt
+position with the answer (``prefix_embeds`` holds those positions; the call's ``segment_ids`` / ``position_ids`` put
+the cached positions first, then them, then the answer), and the cache holds the other prompt positions.
+
 Drift gate (``drift``): at every refresh after the first, the fresh K/V are compared with what the policy would
 have fed at that step (relative Frobenius error over every layer, keys and values). A forecast whose error is
 above plain reuse's falls back to reuse until the next refresh; an error above ``drift`` brings the next
@@ -87,6 +92,14 @@ def no_cache(spec: GraphSpec, batch: int) -> dict[str, np.ndarray]:
     return feeds
 
 
+def last_prompt_columns(segment_ids: np.ndarray, prompt_len: int) -> np.ndarray:
+    """[P] bool: the prompt columns that hold some row's last prompt position (a non-padding position whose next
+    column is the answer or another segment): one column for left-padded rows, one per row when packed."""
+    seg = segment_ids[:, :prompt_len]
+    nxt = np.concatenate([seg[:, 1:], np.full((seg.shape[0], 1), -1, dtype=seg.dtype)], axis=1)
+    return ((seg != 0) & (seg != nxt)).any(0)
+
+
 def _frozen(array: np.ndarray) -> np.ndarray:
     """Read-only, with the array it views: a backend may keep it on its device for as long as the same object is
     fed (``seer_trt.backends.tensorrt.frozen``), so a cached step sends only its weights, not the cache."""
@@ -100,8 +113,11 @@ def _frozen(array: np.ndarray) -> np.ndarray:
 class GroupCache:
     """One group's cache over one run of the denoising loop (state: the snapshots and the next refresh)."""
 
-    def __init__(self, config: CacheConfig, spec: GraphSpec, layout: Layout) -> None:
+    def __init__(self, config: CacheConfig, spec: GraphSpec, layout: Layout, logit_shift: int = 0) -> None:
         """
+        Args:
+            logit_shift: 1 for a shifted model (Dream): a cached step computes each row's last prompt position.
+
         Raises:
             ConfigError: a cache policy other than none for a graph exported without the cache (schema 2.0).
         """
@@ -120,13 +136,29 @@ class GroupCache:
         self.fallback = False  # forecast: feed reuse weights until the next refresh (the gate saw it lose)
         self.errors: list[tuple[float, float | None]] = []  # (reuse error, forecast error) at each gated refresh
         self.empty = no_cache(spec, layout.gen_shape[0])  # the feeds of a step that computes the prompt
+        self.shifted = bool(logit_shift)
         if not self.cached:
             return
         layers = sum(t.name.startswith("past_key_values.") for t in spec.inputs) // 2
         # per layer: (past key, past value) inputs and the (present key, present value) outputs that refill them
         self.names = [(past_names(i), present_names(i)) for i in range(layers)]
-        b = layout.gen_shape[0]
-        self.no_prompt = _frozen(np.zeros((b, 0, layout.prefix_embeds.shape[2]), dtype=layout.prefix_embeds.dtype))
+        self._prompt_feeds(layout)
+
+    def _prompt_feeds(self, layout: Layout) -> None:
+        """What a cached step feeds in place of the prompt: nothing, or (shifted) the rows' last prompt positions
+        with the call's segment and position ids reordered to cached positions, those, then the answer."""
+        b, p = layout.gen_shape[0], layout.prefix_embeds.shape[1]
+        self.layout_feeds: dict[str, np.ndarray] = {}
+        self.kept_cols = None  # the prompt columns a snapshot keeps (None: all)
+        if not self.shifted:
+            self.no_prompt = _frozen(np.zeros((b, 0, layout.prefix_embeds.shape[2]), dtype=layout.prefix_embeds.dtype))
+            return
+        live = last_prompt_columns(layout.segment_ids, p)
+        self.kept_cols = np.flatnonzero(~live)
+        order = np.concatenate([self.kept_cols, np.flatnonzero(live), np.arange(p, layout.segment_ids.shape[1])])
+        self.no_prompt = _frozen(np.ascontiguousarray(layout.prefix_embeds[:, live]))
+        self.layout_feeds = {"segment_ids": _frozen(np.ascontiguousarray(layout.segment_ids[:, order])),
+                             "position_ids": _frozen(np.ascontiguousarray(layout.position_ids[:, order]))}  # fmt: skip
 
     def select(self, entries: np.ndarray, layout: Layout) -> None:
         """Keep only batch entries ``entries`` of every snapshot: the group was re-formed to ``layout``."""
@@ -138,8 +170,7 @@ class GroupCache:
         self.history = {k: _frozen(v[:, entries]) for k, v in self.history.items()}
         self.newest = self.history if len(self.snapshots) == 1 else {k: _frozen(v[:, entries])
                                                                      for k, v in self.newest.items()}  # fmt: skip
-        self.no_prompt = _frozen(np.zeros((len(entries), 0, layout.prefix_embeds.shape[2]),
-                                          dtype=layout.prefix_embeds.dtype))  # fmt: skip
+        self._prompt_feeds(layout)
 
     @property
     def stores(self) -> bool:
@@ -155,14 +186,16 @@ class GroupCache:
         else:  # reuse: the newest snapshot alone, weight 1
             feeds = {**self.newest, PAST_WEIGHTS.name: self.empty[PAST_WEIGHTS.name]}
         feeds["prefix_embeds"] = self.no_prompt
-        return feeds, False
+        return {**feeds, **self.layout_feeds}, False
 
     def store(self, t: int, out: Mapping[str, np.ndarray]) -> None:
         """After a refresh at step ``t``: keep its prompt K/V as the newest snapshot."""
         self.refreshes += 1
         if self.config.mode == "none":
             return
-        fresh = {p: np.array(out[o]) for past, present in self.names for p, o in zip(past, present, strict=True)}
+        cols = self.kept_cols
+        fresh = {p: np.array(out[o]) if cols is None else np.ascontiguousarray(out[o][:, :, cols])
+                 for past, present in self.names for p, o in zip(past, present, strict=True)}  # fmt: skip
         interval = self.config.refresh
         if self.config.drift is not None and self.snapshots:
             interval = self._gate(t, fresh)

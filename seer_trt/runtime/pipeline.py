@@ -370,7 +370,7 @@ class SeerPipeline:
             part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
             out = denoise(self.backend, layout, schedule.rows(rows), decoder, special.mask_id, part_step0,
                           special.eot_id if group.early_stop else None, group.cache, gen.rule, gen.block_length,
-                          self.cost)  # fmt: skip
+                          self.cost, self.manifest.model.logit_shift)  # fmt: skip
             tokens[rows, : out.tokens.shape[1]] = out.tokens
             used[rows] = out.steps
             refreshes[rows] = out.refreshes

@@ -52,7 +52,9 @@ class ChatFormat:
 
     def _render(self, roles: Sequence[str], contents: Sequence[str]) -> str:
         messages = [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
-        return self._compiled.render(messages=messages, bos_token=self.bos_token, add_generation_prompt=True)
+        # tools: None, as a chat without tool definitions (Qwen's templates test it; StrictUndefined would raise)
+        return self._compiled.render(messages=messages, bos_token=self.bos_token, add_generation_prompt=True,
+                                     tools=None)  # fmt: skip
 
     def render(self, user: str, system: str | None = None, history: Sequence[tuple[str, str]] = ()) -> str:
         """The full prompt text for a user turn, ending with the assistant header (``system``: None for the

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from seer_trt.contracts.config import parse_decoding
+from seer_trt.contracts.config import REMASKINGS, parse_decoding
 from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.contracts.policies import CACHE_MODES, CacheConfig
 from seer_trt.runtime.image import Image
@@ -57,7 +57,7 @@ def check_settings(gen_length: Any = None, steps: Any = None, block_length: Any 
     if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t)):
         raise InputError(f"temperature is {t!r}; expected a finite number >= 0 (0: greedy)")
     if remasking is not None and not isinstance(remasking, str):
-        raise InputError(f"remasking is {remasking!r}; expected 'low_confidence' or 'random'")
+        raise InputError(f"remasking is {remasking!r}; expected one of {list(REMASKINGS)}")
     if decoding is not None:
         try:
             parse_decoding(decoding)

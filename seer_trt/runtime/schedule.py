@@ -7,6 +7,10 @@ LLaDA-V ``generate_with_embeds``: ``steps // num_blocks`` steps per block; withi
 are spread evenly over its steps, the remainder going to the earliest steps. Truncation keeps the
 tokens-per-step ratio: a row kept to L* positions gets ``ceil(steps * L* / N)`` steps over a block layout
 recomputed on L* (full blocks keep their steps, a final partial block gets its share, rounded up).
+
+Dream's ``diffusion_generate`` (``schedule`` "dream"): one block; timesteps ``linspace(1, eps, steps + 1)`` in
+float32 (eps 1e-3); step i commits ``int(m * (1 - t[i + 1] / t[i]))`` of the m masks still open, the last step all
+that are left. A row kept to L* runs that rule over its L* masks and its ``ceil(steps * L* / N)`` steps.
 """
 
 from __future__ import annotations
@@ -58,6 +62,35 @@ def _spread(count: int, steps: int) -> list[int]:
     return [base + 1 if i < rest else base for i in range(steps)]
 
 
+DREAM_EPS = 1e-3  # DreamGenerationConfig's eps
+
+
+def linspace32(start: float, end: float, count: int) -> np.ndarray:
+    """``torch.linspace(start, end, count)`` in float32 as PyTorch's CPU kernel computes it (so Dream's counts match):
+    a float32 step, then ``start + step * i`` for the first half and ``end - step * (count - 1 - i)`` for the rest,
+    each a fused multiply-add (one rounding; float32 products are exact in float64)."""
+    if count == 1:
+        return np.array([start], dtype=np.float32)
+    first, last = np.float32(start), np.float32(end)
+    step = np.float32((last - first) / np.float32(count - 1))
+    i = np.arange(count, dtype=np.float64)
+    half = count // 2
+    low = np.float64(first) + np.float64(step) * i[:half]
+    high = np.float64(last) - np.float64(step) * (count - 1 - i[half:])
+    return np.concatenate([low, high]).astype(np.float32)
+
+
+def dream_transfer(masks: int, steps: int, eps: float = DREAM_EPS) -> list[int]:
+    """Tokens Dream's loop commits at each of ``steps`` steps over ``masks`` masked positions (sums to ``masks``)."""
+    t = linspace32(1.0, eps, steps + 1)
+    out, left = [], masks
+    for i in range(steps):
+        k = left if i == steps - 1 else int(np.float32(left) * (np.float32(1) - t[i + 1] / t[i]))
+        out.append(k)
+        left -= k
+    return out
+
+
 def plan_schedule(gen: GenerationConfig, kept: np.ndarray | None = None, batch: int = 1) -> Schedule:
     """The commit plan for a batch whose row b keeps ``kept[b]`` answer positions (all N when None).
 
@@ -76,7 +109,11 @@ def plan_schedule(gen: GenerationConfig, kept: np.ndarray | None = None, batch: 
     steps_per_block = gen.steps // gen.num_blocks
     rows_transfer: list[list[int]] = []
     rows_block_end: list[list[int]] = []
-    for length in kept_arr.tolist():  # planning, once per request; the step loop itself has no row loop
+    for length, steps in zip(kept_arr.tolist(), row_steps.tolist(), strict=True):  # planning, once per request
+        if gen.schedule == "dream":  # one block: the whole kept window
+            rows_transfer.append(dream_transfer(length, steps))
+            rows_block_end.append([length] * steps)
+            continue
         transfer: list[int] = []
         block_end: list[int] = []
         for start in range(0, length, gen.block_length):

@@ -21,7 +21,7 @@ import numpy as np
 from seer_trt.contracts.errors import ConfigError, InputError, ManifestError
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize", "graphs")
-ABI_VERSION = 3
+ABI_VERSION = 4
 _I64 = ctypes.POINTER(ctypes.c_int64)
 
 
@@ -44,6 +44,7 @@ class _Request(ctypes.Structure):
         ("cache", ctypes.c_char_p),
         ("refresh_interval", ctypes.c_int64),
         ("decoding", ctypes.c_char_p),
+        ("remasking", ctypes.c_char_p),
     ]
 
 
@@ -159,6 +160,7 @@ class CppPipeline:
                 setattr(c, name, r.get(name) or 0)
             c.cache = None if r.get("cache") is None else str(r["cache"]).encode()
             c.decoding = None if r.get("decoding") is None else r["decoding"].encode()
+            c.remasking = None if r.get("remasking") is None else str(r["remasking"]).encode()
             c.no_seer, c.early_stop = not r.get("seer", True), bool(r.get("early_stop", False))
         out = self.lib.seer_generate(self.handle, structs, len(requests), policy.encode() if policy else None)
         if not out:

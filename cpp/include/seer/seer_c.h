@@ -20,8 +20,8 @@
 extern "C" {
 #endif
 
-#define SEER_C_ABI_VERSION 3 /* 2: the prompt K/V cache (seer_request.cache, seer_result.refreshes);
-                                3: seer_request.decoding */
+#define SEER_C_ABI_VERSION 4 /* 2: the prompt K/V cache (seer_request.cache, seer_result.refreshes);
+                                3: seer_request.decoding; 4: seer_request.remasking */
 #define SEER_IMAGE_PLACEHOLDER (-200)
 
 typedef struct seer_pipeline seer_pipeline;
@@ -40,6 +40,7 @@ typedef struct {
   int64_t refresh_interval;                /* 0: the pipeline's */
   const char* decoding; /* "fixed" | "threshold:TAU" | "factor:F" (how many positions a step commits); NULL: the
                            export's */
+  const char* remasking; /* "low_confidence" (the only ranking this runtime computes); NULL: the export's */
 } seer_request;
 
 enum {

@@ -79,7 +79,11 @@ def served_graphs(manifest: Manifest) -> list[str]:
     """The graphs the pipeline can call for this export: embed, vision, step_zero (unless the calibration reads
     the end token at full depth, which runs denoise), denoise, and denoise_logits when exported (--sampling)."""
     image = image_graph(manifest.vision.encoder)  # vision, or image_tokens for an image tokenizer (MMaDA)
-    wanted = list(dict.fromkeys(["embed", image, step_zero_graph(manifest.seer), "denoise", "denoise_logits"]))
+    wanted = list(
+        dict.fromkeys(
+            ["embed", *([image] if image else []), step_zero_graph(manifest.seer), "denoise", "denoise_logits"]
+        )
+    )
     for required in ("embed", step_zero_graph(manifest.seer), "denoise"):
         manifest.graph(required)  # raises with the re-export command when absent
     return [g for g in wanted if g in manifest.graphs]

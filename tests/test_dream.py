@@ -1,0 +1,277 @@
+"""The Dream family (docs/DESIGN.md "Model families"): Dream-v0-Instruct-7B (text only) and LaViDa-Dream. A random
+checkpoint under Hugging Face's names (grouped-query attention, q/k/v biases) loads strictly, and only as its own
+``--model``. The logits are shifted: position i is predicted from the hidden state of the position before it in its
+row, in left-padded and packed layouts, with or without the prompt cache. Dream's schedule and its scores match
+Dream's generation code as written (torch's float32 linspace included). The export passes parity, and the runtime's
+tokens equal the PyTorch reference under Dream's own loop, early stop and Seer."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from adapter_checks import export_of, runtime_equals_reference, samples_with_images
+from tiny_models import tiny_dream_config
+
+from seer_export.models import registry
+from seer_export.models.families import FAMILIES, special_tokens
+from seer_export.models.llada import predecessors
+from seer_export.models.llada_v import LLaDAV, left_pad_prompts, window_layout
+from seer_export.models.loading import INDEX_FILE, load_model
+from seer_export.models.random_checkpoint import write_random_checkpoint
+from seer_export.reference.fixture import build_tokenizer
+from seer_trt.contracts.config import GenerationConfig
+from seer_trt.contracts.errors import CheckpointError, ConfigError
+
+VOCAB = build_tokenizer("dream").get_vocab_size()
+SIZES = [(12, 40), (50, 30), (20, 20), (33, 90), (90, 33), (64, 64), (7, 70), (100, 45), (28, 28), (40, 120)]
+
+
+def _write(folder: Path, family: str) -> Path:
+    return write_random_checkpoint(folder, tiny_dream_config(VOCAB, family=family), dtype=torch.float32, seed=9,
+                                   gain=4.0, shard_bytes=40_000)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return _write(tmp_path_factory.mktemp("dream") / "ckpt", "dream")
+
+
+@pytest.fixture(scope="module")
+def lavida_checkpoint(tmp_path_factory) -> Path:
+    return _write(tmp_path_factory.mktemp("lavida-dream") / "ckpt", "lavida-dream")
+
+
+# --- loading ---------------------------------------------------------------------------------------------------------
+
+
+def test_checkpoint_is_stored_under_dreams_names_and_loads_only_as_dream(checkpoint, tmp_path):
+    names = set(json.loads((checkpoint / INDEX_FILE).read_text())["weight_map"])
+    assert {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+            "model.layers.2.self_attn.q_proj.bias", "model.layers.2.self_attn.k_proj.bias",
+            "model.layers.2.self_attn.v_proj.bias", "model.layers.0.mlp.gate_proj.weight"} <= names  # fmt: skip
+    assert "model.layers.0.self_attn.o_proj.bias" not in names and not any("vision" in n for n in names)
+    data = json.loads((checkpoint / "config.json").read_text())
+    assert data["model_type"] == "Dream" and data["num_key_value_heads"] == 2
+    special = special_tokens("dream", checkpoint / "tokenizer.json")
+    assert data["mask_token_id"] == special.mask_id and data["eos_token_id"] == special.endoftext_id
+
+    model, _ = registry.load("dream", checkpoint)
+    assert (model.config.family, model.config.naming, model.config.shift_logits) == ("dream", "llada-v", True)
+    k = model.model.layers[0].self_attn.k_proj
+    assert k.weight.shape == (2 * 8, 32) and k.bias is not None  # K/V stay grouped: 2 heads of 8
+    # Dream's own config.json: Qwen2's keys, model_type "Dream", no product key, no attention_bias key (Qwen2's
+    # attention always has q/k/v biases): the family fills in the biases, its loop and its system prompt (none)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in checkpoint.iterdir():
+        (bare / f.name).symlink_to(f)
+    (bare / "config.json").unlink()
+    real = {k: v for k, v in data.items() if k not in ("family", "qkv_bias", "generation", "system_prompt")}
+    (bare / "config.json").write_text(json.dumps(real))
+    cfg = load_model(bare).config
+    assert (cfg.family, cfg.text.qkv_bias, cfg.generation) == ("dream", True, FAMILIES["dream"].generation)
+    assert cfg.text == model.config.text and cfg.system_prompt is None
+
+    with pytest.raises(ConfigError, match="holds a dream checkpoint.*--model dream"):
+        registry.load("llada-v", checkpoint)
+    with pytest.raises(ConfigError, match="holds a llada-v checkpoint.*--model llada-v"):
+        registry.load("dream", registry.FIXTURE_DIR)
+
+
+def test_a_missing_bias_is_named_as_the_checkpoint_names_it(checkpoint, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in checkpoint.iterdir():
+        if not f.name.endswith(".safetensors"):
+            (broken / f.name).symlink_to(f)
+    index = json.loads((checkpoint / INDEX_FILE).read_text())
+    gone = "model.layers.1.self_attn.v_proj.bias"
+    for shard in set(index["weight_map"].values()):
+        tensors = load_file(str(checkpoint / shard))
+        tensors.pop(gone, None)
+        save_file(tensors, str(broken / shard))
+    with pytest.raises(CheckpointError, match=gone.replace(".", r"\.")):
+        registry.load("dream", broken)
+
+
+def test_lavida_dream_loads_with_lavidas_tiles(lavida_checkpoint):
+    model, _ = registry.load("lavida-dream", lavida_checkpoint)
+    cfg = model.config
+    assert (cfg.family, cfg.feature_side, cfg.has_tower, cfg.shift_logits) == ("lavida-dream", 4, True, True)
+    assert cfg.generation.remasking == "topk_margin" and cfg.generation.schedule == "dream"
+    data = json.loads((lavida_checkpoint / "config.json").read_text())
+    assert data["model_type"] == "llava_dream"
+    del data["family"]
+    assert type(cfg).from_dict(data).family == "lavida-dream"
+
+
+# --- shifted logits --------------------------------------------------------------------------------------------------
+
+
+def test_each_position_is_predicted_from_the_one_before_it_in_its_row():
+    seg = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1, 1, 2, 2, 1, 2, 2]])  # left-padded; packed-like interleaving
+    assert predecessors(seg, 4).tolist() == [[3, 4, 5], [1, 3, 5]]
+    assert predecessors(seg, 0).tolist()[0][2] == 2  # a row's first position keeps its own (Dream's logits[:, :1])
+
+
+def _prompts(model: LLaDAV, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return left_pad_prompts([model.model.embed_tokens(torch.randint(0, VOCAB - 6, (n,), generator=g)) for n in lengths])
+
+
+def test_logits_are_dreams_shift_of_the_full_sequence(checkpoint):
+    """Dream's generation code runs the model over prompt + answer and shifts: logits = cat(l[:, :1], l[:, :-1]);
+    answer position j then reads the full pass's position P - 1 + j (left padding leaves P - 1 each row's last)."""
+    model = load_model(checkpoint)
+    prefix, valid = _prompts(model, [5, 3])
+    gen_ids = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(4))
+    seg, pos = window_layout(valid, torch.tensor([6, 6]), 6)
+    with torch.no_grad():
+        embeds = torch.cat([prefix, model.model.embed_tokens(gen_ids)], 1)
+        full = model.lm_head(model.hidden_states(embeds, seg, pos))
+        shifted = torch.cat([full[:, :1], full[:, :-1]], 1)[:, 5:]
+        torch.testing.assert_close(model(prefix, gen_ids, seg, pos), shifted.float())
+        unshifted = dataclasses.replace(model.config, family="lavida-llada", naming="llada-v")
+        assert not torch.allclose(LLaDAV(unshifted).eval()(prefix, gen_ids, seg, pos), shifted.float())
+
+
+def test_a_cached_step_computes_the_last_prompt_position_and_equals_the_exact_step(checkpoint):
+    """The cache holds the prompt but its last position, whose state predicts the first answer position; a cached
+    step against a snapshot of the same answer state equals the exact forward."""
+    model = load_model(checkpoint)
+    prefix, valid = _prompts(model, [5, 3])
+    gen_ids = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(4))
+    seg, pos = window_layout(valid, torch.tensor([6, 4]), 6)
+    layers = len(model.model.layers)
+    with torch.no_grad():
+        empty = [(torch.zeros(1, 2, 2, 0, 8), torch.zeros(1, 2, 2, 0, 8))] * layers
+        exact, present = model.forward_cached(prefix, gen_ids, seg, pos, torch.ones(1), empty)
+        past = [(k[None, :, :, :4], v[None, :, :, :4]) for k, v in present]
+        cached, _ = model.forward_cached(prefix[:, 4:], gen_ids, seg, pos, torch.ones(1), past)
+    torch.testing.assert_close(exact, model(prefix, gen_ids, seg, pos), rtol=1e-4, atol=1e-4)  # two attention paths
+    valid_answer = seg[:, 5:] != 0  # padding positions compute nothing anyone reads
+    torch.testing.assert_close(cached[valid_answer], exact[valid_answer], rtol=1e-4, atol=1e-4)
+
+
+# --- Dream's loop, as its generation code writes it -------------------------------------------------------------
+
+
+def test_dreams_schedule_matches_its_float32_timesteps():
+    from seer_trt.runtime.schedule import dream_transfer, linspace32, plan_schedule
+
+    for n in range(1, 1200, 7):
+        np.testing.assert_array_equal(linspace32(1.0, 1e-3, n), torch.linspace(1, 1e-3, n).numpy())
+    for masks, steps in [(16, 16), (256, 256), (512, 512), (100, 37), (7, 3), (64, 1), (300, 299)]:
+        t, left, want = torch.linspace(1, 1e-3, steps + 1), torch.tensor(masks), []
+        for i in range(steps):  # diffusion_generate's count, as it computes it (a float32 tensor times an int64 one)
+            k = int(left * (1 - t[i + 1] / t[i])) if i < steps - 1 else int(left)
+            want.append(k)
+            left = left - k
+        assert dream_transfer(masks, steps) == want and sum(want) == masks
+    gen = GenerationConfig(gen_length=64, steps=64, block_length=64, schedule="dream")
+    s = plan_schedule(gen, np.array([64, 20]))
+    assert s.steps.tolist() == [64, 20] and s.transfer[1, :20].tolist() == dream_transfer(20, 20)
+    assert (s.block_end[1] == 20).all()
+    with pytest.raises(ConfigError, match="one block"):
+        GenerationConfig(gen_length=64, steps=64, block_length=32, schedule="dream")
+    with pytest.raises(ConfigError, match="decoding 'fixed'"):
+        GenerationConfig(remasking="entropy", decoding="threshold:0.9")
+
+
+def test_dreams_scores_match_between_the_runtime_and_the_reference():
+    from seer_export.reference.sampler import dream_score as torch_score
+    from seer_trt.runtime.denoise import dream_score
+
+    p = torch.softmax(torch.randn(3, 5, 40, generator=torch.Generator().manual_seed(2)) * 3, -1).double()
+    for kind in ("topk_margin", "entropy"):
+        np.testing.assert_allclose(dream_score(p.numpy(), kind), torch_score(p, kind).numpy(), rtol=1e-12)
+    top = torch.sort(p, -1, descending=True).values
+    np.testing.assert_allclose(dream_score(p.numpy(), "topk_margin"), (top[..., 0] - top[..., 1]).numpy())
+    np.testing.assert_allclose(dream_score(p.numpy(), "entropy"), (p * torch.log(p + 1e-10)).sum(-1).numpy())
+
+
+def test_dreams_own_loop_is_n_steps_in_one_block():
+    for name, score in (("dream", "entropy"), ("lavida-dream", "topk_margin")):
+        g = FAMILIES[name].own_loop(48)
+        assert (g.gen_length, g.steps, g.block_length, g.schedule, g.remasking) == (48, 48, 48, "dream", score)
+
+
+# --- the export and the runtime -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def export(checkpoint, tmp_path_factory):
+    return export_of("dream", checkpoint, tmp_path_factory.mktemp("dream-export") / "engines")
+
+
+@pytest.mark.slow
+def test_export_passes_parity_and_records_the_shift(export):
+    out, manifest = export
+    assert manifest.parity.status == "passed", manifest.parity.note
+    assert (manifest.model.family, manifest.model.logit_shift, manifest.vision.encoder) == ("dream", 1, "none")
+    assert "vision" not in manifest.graphs and "denoise_logits" in manifest.graphs  # Dream's scores read logits
+    past = [t for t in manifest.graph("denoise").spec.inputs if t.name.startswith("past_key_values.")]
+    assert past and all(t.shape[2] == 2 for t in past)  # the small K/V: 2 grouped heads, not 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["dream_loop", "early_stop", "seer"])
+def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
+    from seer_export.reference.fixture import TaskEncoder
+    from seer_trt.runtime.pipeline import SeerPipeline
+
+    out, manifest = export
+    model = load_model(checkpoint)
+    pipe = SeerPipeline.from_manifest(out)
+    gen = pipe.settings(gen_length=16)
+    assert gen == FAMILIES["dream"].own_loop(16)
+    samples = [s for s in samples_with_images(SIZES, 7, 4) if s.image is None]
+    ref = runtime_equals_reference(pipe, manifest, model, TaskEncoder(checkpoint, model.config), samples, gen, mode)
+    pipe.close()
+    if mode == "dream_loop":
+        assert set(ref.steps.tolist()) == {16}
+    if mode == "seer":
+        assert min(ref.kept) < gen.gen_length
+
+
+@pytest.mark.slow
+def test_the_cache_keeps_each_rows_last_prompt_position_live(export):
+    """Through the exported graph, padded and packed: a cached step against a snapshot taken at the same answer state
+    gives the refresh's predictions; the snapshot holds the prompt without each row's last position."""
+    from seer_trt.contracts.policies import CacheConfig
+    from seer_trt.runtime.kv_cache import GroupCache
+    from seer_trt.runtime.layout import packed_layout, padded_layout
+    from seer_trt.runtime.pipeline import SeerPipeline
+
+    out, manifest = export
+    pipe = SeerPipeline.from_manifest(out)
+    prompts = [pipe.encode(q).embeds for q in ("a b c d", "a b", "c")]
+    kept = np.array([6, 4, 5])
+    spec = pipe.backend.spec("denoise")
+    mask = manifest.special_tokens.mask_id
+    x = np.random.default_rng(0).integers(0, VOCAB - 6, (3, 6))
+    for layout in (padded_layout(prompts, kept, max(len(p) for p in prompts), 6), packed_layout(prompts, kept)):
+        kv = GroupCache(CacheConfig("reuse", 4), spec, layout, logit_shift=1)
+        base = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(x, mask),
+                "segment_ids": layout.segment_ids, "position_ids": layout.position_ids}  # fmt: skip
+        feeds, refresh = kv.plan(0, False)
+        assert refresh
+        fresh = pipe.backend.run("denoise", {**base, **feeds})
+        kv.store(0, fresh)
+        feeds, refresh = kv.plan(1, False)
+        assert not refresh and feeds["prefix_embeds"].shape[1] == layout.prefix_embeds.shape[0] * 0 + (
+            1 if layout.gen_shape[0] == 3 else 3
+        )
+        snap = feeds["past_key_values.0.key"]
+        assert snap.shape[3] == layout.prefix_embeds.shape[1] - feeds["prefix_embeds"].shape[1]
+        cached = pipe.backend.run("denoise", {**base, **feeds})
+        got, want = layout.gather(cached["x0"], (3, 6), -1), layout.gather(fresh["x0"], (3, 6), -1)
+        np.testing.assert_array_equal(got, want)
+    pipe.close()
