@@ -909,10 +909,10 @@ def dream_export(tmp_path_factory) -> Path:
     return root / "engines"
 
 
-def test_dream_schedule_shift_and_cache_equal_python(lib, dream_export):
-    """Dream's timestep schedule, its shifted logits (inside the graphs) and the prompt cache whose cached step computes
-    each row's last prompt position: C++ = Python, padded and packed, padded loop and Seer, every cache policy. Dream's
-    own scores (the export's default: entropy) are Python's only; C++ refuses them with the fix."""
+def test_dream_schedule_shift_scores_and_cache_equal_python(lib, dream_export):
+    """Dream's timestep schedule, its shifted logits (inside the graphs), its scores (the denoise graph's log_margin
+    and neg_entropy) and the prompt cache whose cached step computes each row's last prompt position: C++ = Python,
+    padded and packed, padded loop and Seer, every cache policy."""
     prompts = ["count to 5 .", "repeat cat 3 times .", "count from 3 to 9 .", "repeat dog sun 2 times ."]
     conv = CppRequests(dream_export)
     cpp_requests = [conv.convert({"prompt": p}, None) for p in prompts]
@@ -926,6 +926,11 @@ def test_dream_schedule_shift_and_cache_equal_python(lib, dream_export):
                 for policy in ("naive_pad", "packed"):
                     python = py.generate([Request(p, **fields) for p in prompts], policy=policy)
                     assert_same(python, cpp.generate([{**r, **fields} for r in cpp_requests], policy=policy))
-        refused = cpp.generate([cpp_requests[0]])[0]
-        assert "remasking 'entropy'" in refused["error"] and "low_confidence" in refused["error"]
+        for remasking in (None, "topk_margin"):  # the export's default (entropy), then LaViDa-Dream's
+            for fields in ({"cache": "none"}, {"cache": "reuse", "refresh_interval": 3, "seer": True}):
+                fields = {**fields, "gen_length": 16, **({"remasking": remasking} if remasking else {})}
+                python = py.generate([Request(p, **fields) for p in prompts], policy="naive_pad")
+                assert_same(python, cpp.generate([{**r, **fields} for r in cpp_requests], policy="naive_pad"))
+        refused = cpp.generate([{**cpp_requests[0], "remasking": "entropy", "decoding": "factor:1"}])[0]
+        assert "decoding 'fixed'" in refused["error"] and "low_confidence" in refused["error"]
     py.close()

@@ -83,6 +83,20 @@ def test_checkpoint_is_stored_under_dreams_names_and_loads_only_as_dream(checkpo
         registry.load("dream", registry.FIXTURE_DIR)
 
 
+def test_options_the_model_does_not_implement_are_refused(checkpoint):
+    """Qwen2's config keys that would change the computation are refused, not dropped: RoPE scaling, sliding windows,
+    another activation; Dream-v0's own values (null, false, silu) load."""
+    from seer_export.models.config import LLaDAVConfig
+
+    data = {k: v for k, v in json.loads((checkpoint / "config.json").read_text()).items() if k != "family"}
+    fine = {"rope_scaling": None, "use_sliding_window": False, "sliding_window": 4096, "hidden_act": "silu"}
+    assert LLaDAVConfig.from_dict({**data, **fine}).family == "dream"
+    for bad in ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, {"use_sliding_window": True},
+                {"hidden_act": "gelu"}):  # fmt: skip
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            LLaDAVConfig.from_dict({**data, **bad})
+
+
 def test_a_missing_bias_is_named_as_the_checkpoint_names_it(checkpoint, tmp_path):
     from safetensors.torch import load_file, save_file
 
@@ -179,6 +193,13 @@ def test_dreams_schedule_matches_its_float32_timesteps():
     s = plan_schedule(gen, np.array([64, 20]))
     assert s.steps.tolist() == [64, 20] and s.transfer[1, :20].tolist() == dream_transfer(20, 20)
     assert (s.block_end[1] == 20).all()
+    # the count comes from the masks still open, as diffusion_generate recomputes it every step: a step that committed
+    # the mask id itself (a random model's prediction, now and then) leaves that position to a later step
+    t = torch.linspace(1, 1e-3, 21)
+    for step, open_masks in ((0, 20), (5, 17), (12, 9), (18, 4)):
+        want = int(torch.tensor(open_masks) * (1 - t[step + 1] / t[step]))
+        assert int(s.count(step, np.array([64, open_masks]))[1]) == want
+    assert s.count(19, np.array([64, 3]))[1] == 3 and s.count(25, np.array([5, 3]))[1] == 0  # all left; past its end
     with pytest.raises(ConfigError, match="one block"):
         GenerationConfig(gen_length=64, steps=64, block_length=32, schedule="dream")
     with pytest.raises(ConfigError, match="decoding 'fixed'"):
@@ -195,6 +216,29 @@ def test_dreams_scores_match_between_the_runtime_and_the_reference():
     top = torch.sort(p, -1, descending=True).values
     np.testing.assert_allclose(dream_score(p.numpy(), "topk_margin"), (top[..., 0] - top[..., 1]).numpy())
     np.testing.assert_allclose(dream_score(p.numpy(), "entropy"), (p * torch.log(p + 1e-10)).sum(-1).numpy())
+
+
+def test_the_graphs_scores_order_positions_as_dreams_formulas():
+    """``denoise``'s fp32 log(p1 - p2) and sum p log(p + 1e-10) against Dream's formulas in float64, on logits of a
+    random model's spread and sharper: close, and the same order of every row's positions."""
+    from seer_export.onnx.modules import greedy
+    from seer_export.reference.sampler import dream_score
+    from seer_trt.contracts.config import SpecialTokens
+
+    special = SpecialTokens(1, 2, 3, 4, 5, 6)
+    g = torch.Generator().manual_seed(0)
+    for scale in (1.0, 4.0, 12.0):
+        logits = torch.randn(4, 64, 300, generator=g) * scale
+        _, _, _, log_margin, neg_entropy = greedy(logits, torch.ones(4, 64, dtype=torch.long), special, (), True)
+        p = torch.softmax(logits.double(), -1)
+        for got, kind in ((log_margin.double().exp(), "topk_margin"), (neg_entropy.double(), "entropy")):
+            want = dream_score(p, kind)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-12)
+            order = torch.argsort(-got, dim=1, stable=True)
+            assert torch.equal(order, torch.argsort(-want, dim=1, stable=True)), (scale, kind)
+    tie = torch.zeros(1, 1, 8)
+    tie[..., :2] = 5.0  # two equal best logits: margin 0 ranks last, finitely (-inf reads as not eligible)
+    assert torch.isfinite(greedy(tie, torch.ones(1, 1, dtype=torch.long), special, (), True)[3]).all()
 
 
 def test_dreams_own_loop_is_n_steps_in_one_block():
@@ -216,7 +260,9 @@ def test_export_passes_parity_and_records_the_shift(export):
     out, manifest = export
     assert manifest.parity.status == "passed", manifest.parity.note
     assert (manifest.model.family, manifest.model.logit_shift, manifest.vision.encoder) == ("dream", 1, "none")
-    assert "vision" not in manifest.graphs and "denoise_logits" in manifest.graphs  # Dream's scores read logits
+    assert "vision" not in manifest.graphs and "denoise_logits" not in manifest.graphs
+    outputs = [t.name for t in manifest.graph("denoise").spec.outputs]
+    assert outputs[:5] == ["x0", "log_confidence", "p_end", "log_margin", "neg_entropy"]  # Dream's scores, in the graph
     past = [t for t in manifest.graph("denoise").spec.inputs if t.name.startswith("past_key_values.")]
     assert past and all(t.shape[2] == 2 for t in past)  # the small K/V: 2 grouped heads, not 4
 
@@ -226,12 +272,15 @@ def test_export_passes_parity_and_records_the_shift(export):
 def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
     from seer_export.reference.fixture import TaskEncoder
     from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request
 
     out, manifest = export
     model = load_model(checkpoint)
     pipe = SeerPipeline.from_manifest(out)
     gen = pipe.settings(gen_length=16)
     assert gen == FAMILIES["dream"].own_loop(16)
+    refused = pipe.generate([Request("count to 3 .", np.zeros((8, 8, 3), dtype=np.uint8))])[0]
+    assert not refused.ok and "text-only model" in refused.error
     samples = [s for s in samples_with_images(SIZES, 7, 4) if s.image is None]
     ref = runtime_equals_reference(pipe, manifest, model, TaskEncoder(checkpoint, model.config), samples, gen, mode)
     pipe.close()
@@ -307,7 +356,7 @@ def test_lavida_dream_tokens_equal_the_pytorch_reference_with_images(lavida_expo
 def test_triton_repositories_serve_both_adapters(export, lavida_export, tmp_path):
     from adapter_checks import serves_in_triton_repositories
 
-    serves_in_triton_repositories(*export, "denoise_logits", tmp_path / "dream")
+    serves_in_triton_repositories(*export, "denoise", tmp_path / "dream")
     serves_in_triton_repositories(*lavida_export, "vision", tmp_path / "lavida-dream")
 
 
@@ -324,3 +373,30 @@ def test_seer_calibrate_runs_on_the_text_only_adapter(checkpoint, tmp_path):
     (text / "config.json").unlink()
     (text / "config.json").write_text(json.dumps({**data, "task_family": "text"}))
     calibrates("dream", text, tmp_path / "cal")
+
+
+@pytest.mark.slow
+def test_the_step_scheduler_batches_dream_requests_ranked_by_its_scores(export):
+    """Dream's default requests (ranked by its scores, which the denoise graph returns) share steps in the step
+    scheduler, and each gets its answer alone."""
+    from seer_trt.eval.tasks import make_samples
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import Request
+    from seer_trt.runtime.scheduler import StepScheduler
+
+    pipe = SeerPipeline.from_manifest(export[0], threads=1)
+    samples = make_samples(3, 12, family="text")
+    requests = [Request(s.question, gen_length=16, remasking=[None, "topk_margin", "low_confidence"][i % 3],
+                        seer=i % 2 == 0, cache="none") for i, s in enumerate(samples)]  # fmt: skip
+    alone = [pipe.generate([r])[0] for r in requests]
+    scheduler = StepScheduler(pipe, policy="static")  # stepped by hand: the same call shapes on every run
+    tickets = []
+    while len(tickets) < len(requests) or scheduler.rows or scheduler.depth:
+        tickets += [scheduler.submit(r) for r in requests[len(tickets) : len(tickets) + 3]]
+        scheduler.step()
+        assert scheduler.steps < 500
+    got = [t.result(0) for t in tickets]
+    scheduler.close()
+    pipe.close()
+    assert [g.window for g in got] == [a.window for a in alone] and all(g.ok for g in got)
+    assert max(scheduler.rows_per_step) > 3  # rows ranked by different scores shared steps

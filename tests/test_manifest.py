@@ -80,7 +80,8 @@ def test_every_graph_has_the_contracted_io():
     for name in ("step_zero", "denoise", "denoise_logits"):
         assert [t.name for t in GRAPHS[name].inputs] == window
     assert [t.name for t in GRAPHS["step_zero"].outputs] == ["sparsity", "probe_score"]
-    assert [t.name for t in GRAPHS["denoise"].outputs] == ["x0", "log_confidence", "p_end"]  # one window graph
+    # one window graph; Dream's scores only where the family's loop ranks by one (graph_specs(scores=True))
+    assert [t.name for t in GRAPHS["denoise"].outputs] == ["x0", "log_confidence", "p_end", "log_margin", "neg_entropy"]
     assert [t.name for t in GRAPHS["denoise_logits"].outputs] == ["logits"]
 
 

@@ -174,3 +174,16 @@ def test_plan_describes_every_profile():
     assert "[4] batch 1..16 (opt 4), prompt 1..512 (opt 128), answer 129..256 (opt 256), past 0..0 (opt 0)" in text
     assert "[9] batch 1..16 (opt 4), prompt 0..0 (opt 0), answer 129..256 (opt 256), past 1..512 (opt 128)" in text
     assert "embed: 1 profile(s)" in text
+
+
+def test_a_shifted_exports_cached_step_has_a_profile():
+    """Dream's cached step computes each row's last prompt position (one column padded, one per row packed) and
+    caches the rest: its profile takes a prompt of 1 .. the largest bucket beside the past, not 0."""
+    plan = plan_profiles(inputs(("denoise",)), BUCKETS, logit_shift=1)
+    profiles = plan.profiles("denoise")
+    for prompt, past in ((1, 39), (3, 37), (1, 511), (8, 0)):
+        i = select_profile(profiles, {"batch": 1, "prompt": prompt, "answer": 16, "past": past, "history": 1})
+        assert profiles[i].range("past").max >= past and profiles[i].range("prompt").min <= prompt
+    with pytest.raises(ConfigError, match="no engine profile"):  # an unshifted plan has none for that call
+        select_profile(plan_profiles(inputs(("denoise",)), BUCKETS).profiles("denoise"),
+                       {"batch": 1, "prompt": 1, "answer": 16, "past": 39, "history": 1})  # fmt: skip

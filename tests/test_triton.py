@@ -69,6 +69,7 @@ def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_e
         "seer",
         "decoding",
         "early_stop",
+        "remasking",
     ]
     assert [t[0] for t in io_of(seer, "output")] == ["text", "token_ids", "kept", "denoise_steps"]
     assert json.loads(pbtxt.parameters(seer)["components"]) == {g: f"seer_{g}" for g in graphs}

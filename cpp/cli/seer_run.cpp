@@ -117,10 +117,10 @@ seer::Request parse_request(const json& data, const seer_run::TileShape& tile_sh
         throw seer::Error(seer::Error::Kind::Input, "temperature " + v.dump() + ": the C++ runtime decodes greedily "
                                                     "(temperature 0); sample with seer-run");
     } else if (key == "remasking") {
-      if (!v.is_null() && v != "low_confidence")
-        throw seer::Error(seer::Error::Kind::Input, "remasking " + v.dump() + ": the C++ runtime remasks by "
-                                                    "low_confidence; use seer-run for random, topk_margin or "
-                                                    "entropy remasking");
+      if (!v.is_null() && v != "low_confidence" && v != "topk_margin" && v != "entropy")
+        throw seer::Error(seer::Error::Kind::Input, "remasking " + v.dump() + ": the C++ runtime ranks by "
+                                                    "low_confidence, or by Dream's topk_margin / entropy; use seer-run "
+                                                    "for random remasking");
       if (!v.is_null()) r.remasking = v.get<std::string>();
     } else if (key == "decoding") {
       if (v.is_null()) continue;

@@ -17,12 +17,13 @@ constexpr double NEG_INF = -std::numeric_limits<double>::infinity();
 class WindowCalls {
  public:
   WindowCalls(Backend& backend, const Manifest& manifest, Layout& layout, const CacheSpec& spec,
-              const CacheConfig& cache, std::atomic<int64_t>* clock)
+              const CacheConfig& cache, std::atomic<int64_t>* clock, const std::string& score)
       : gen_ids(layout.batch * layout.answer, manifest.special.mask_id), x0(gen_ids.size()),
         confidence(gen_ids.size()), kv(cache, spec, manifest.precision, layout, manifest.logit_shift != 0),
         backend_(backend),
         manifest_(manifest), layout_(layout), clock_(clock),
-        output_(confidence_output(manifest.graph("denoise"))), refresh_(backend.call("denoise", clock)) {
+        output_(score.empty() ? confidence_output(manifest.graph("denoise")) : ConfidenceOutput{score, true}),
+        refresh_(backend.call("denoise", clock)) {
     bind_refresh();
   }
 
@@ -40,7 +41,6 @@ class WindowCalls {
         feed(cached, static_cast<int64_t>(kv.live_columns().size()), live_prefix_.data(), live_segments_.data(),
              live_positions_.data());
       }
-      kv.bind_past(cached, t);
       kv.bind_past(cached, t);
       cached.run();
     }
@@ -191,7 +191,7 @@ Denoised denoise(Backend& backend, const Manifest& manifest, Layout& layout, con
     cap[i] = fixed ? schedule.steps[rows[i]] : schedule.kept[rows[i]];
     horizon = std::max(horizon, cap[i]);
   }
-  WindowCalls calls(backend, manifest, layout, cache_spec, loop.cache, clock);
+  WindowCalls calls(backend, manifest, layout, cache_spec, loop.cache, clock, loop.score);
   Committer commit(loop.rule, width);
 
   Denoised out{std::vector<int64_t>(n * width, mask), std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0), width};
@@ -239,7 +239,9 @@ Denoised denoise(Backend& backend, const Manifest& manifest, Layout& layout, con
                                       : static_cast<double>(calls.confidence[slot[j]]);
         conf[j] = c;
       }
-      commit(conf, eligible, fixed ? schedule.transfer[rows[i] * total + t] : 0, chosen);
+      int64_t open_masks = 0;  // Dream's schedule counts from the masks still open
+      for (int64_t j = 0; j < width; ++j) open_masks += open[i * width + j];
+      commit(conf, eligible, fixed ? schedule.count(rows[i], t, open_masks) : 0, chosen);
       for (int64_t j = 0; j < width; ++j)
         if (chosen[j]) x[i * width + j] = reuse ? step0->x0[i * step0->stride + j] : calls.x0[slot[j]];
       if (loop.stop_id)

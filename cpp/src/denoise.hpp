@@ -48,6 +48,8 @@ struct LoopSettings {
   std::optional<int64_t> stop_id;   // early stopping at this id (<|eot_id|>); none: until the windows are committed
   CacheConfig cache;                // the prompt K/V cache policy (none: every step computes the prompt)
   const CostModel* cost = nullptr;  // decides when the group is re-formed from its live rows (none: at half)
+  std::string score;                // the denoise output the loop ranks by: "" the log-probability; Dream's
+                                    // log_margin (topk_margin) or neg_entropy (entropy)
 };
 
 struct Denoised {

@@ -305,7 +305,7 @@ Manifest Manifest::read(const std::string& folder) {
   m.vision.encoder = get_or<std::string>(vision, "encoder", "siglip", "manifest vision");  // absent before 2.3
   if (m.vision.encoder != "siglip" && m.vision.encoder != "magvitv2" && m.vision.encoder != "none")
     throw manifest_error(path + ": vision.encoder '" + m.vision.encoder +
-                         "' is not 'siglip' or 'magvitv2'; rebuild the C++ library from the seer-trt that exported it");
+                         "' is not 'siglip', 'magvitv2' or 'none'; rebuild the C++ library from the seer-trt that exported it");
   if (vision.contains("anyres_max_tiles") && !vision["anyres_max_tiles"].is_null())
     m.vision.anyres_max_tiles = get<int64_t>(vision, "anyres_max_tiles", "manifest vision");
   using Pinpoints = std::vector<std::vector<int64_t>>;

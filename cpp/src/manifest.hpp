@@ -87,6 +87,11 @@ struct ConfidenceOutput {
   bool is_log = true;
 };
 ConfidenceOutput confidence_output(const GraphEntry& window);  // manifest_error when the graph has neither
+// The denoise output of Dream's score `remasking` ranks by: log_margin (topk_margin), neg_entropy (entropy)
+// (seer_trt.contracts.graphs.SCORE_OUTPUTS)
+inline std::string score_output(const std::string& remasking) {
+  return remasking == "topk_margin" ? "log_margin" : remasking == "entropy" ? "neg_entropy" : "";
+}
 
 // The natural log of float32 probabilities in place, bit for bit numpy's np.log on a float32 array (log(0) = -inf):
 // on x86-64 with AVX2 and FMA (or AVX-512) numpy's own vectorised log, which differs from libm's logf in the last

@@ -1,6 +1,8 @@
 #include "schedule.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace seer {
 
@@ -20,17 +22,31 @@ std::vector<float> linspace32(float start, float end, int64_t count) {
   return out;
 }
 
+std::vector<float> dream_fractions(int64_t steps) {
+  const std::vector<float> t = linspace32(1.0f, DREAM_EPS, steps + 1);
+  std::vector<float> out(steps);
+  for (int64_t i = 0; i < steps; ++i)
+    out[i] = i == steps - 1 ? std::numeric_limits<float>::infinity() : 1.0f - t[i + 1] / t[i];
+  return out;
+}
+
 std::vector<int64_t> dream_transfer(int64_t masks, int64_t steps) {
   // Dream's diffusion_generate: int(masks left * (1 - t[i + 1] / t[i])) in float32, the last step all that are left
-  const std::vector<float> t = linspace32(1.0f, DREAM_EPS, steps + 1);
   std::vector<int64_t> out;
   int64_t left = masks;
-  for (int64_t i = 0; i < steps; ++i) {
-    const int64_t k = i == steps - 1 ? left : static_cast<int64_t>(static_cast<float>(left) * (1.0f - t[i + 1] / t[i]));
+  for (float f : dream_fractions(steps)) {
+    const int64_t k = std::isinf(f) ? left : static_cast<int64_t>(static_cast<float>(left) * f);
     out.push_back(k);
     left -= k;
   }
   return out;
+}
+
+int64_t Schedule::count(int64_t b, int64_t t, int64_t open_masks) const {
+  const int64_t i = std::min(t, num_steps - 1);
+  if (fraction.empty()) return transfer[b * num_steps + i];
+  const float f = fraction[b * num_steps + i];
+  return std::isinf(f) ? open_masks : static_cast<int64_t>(static_cast<float>(open_masks) * f);
 }
 
 Schedule plan_schedule(const GenerationConfig& gen, const std::vector<int64_t>& kept) {
@@ -62,6 +78,13 @@ Schedule plan_schedule(const GenerationConfig& gen, const std::vector<int64_t>& 
   }
   s.transfer.assign(kept.size() * s.num_steps, 0);
   s.block_end.assign(kept.size() * s.num_steps, 0);
+  if (gen.schedule == "dream") {
+    s.fraction.assign(kept.size() * s.num_steps, 0.0f);
+    for (size_t b = 0; b < kept.size(); ++b) {
+      const std::vector<float> f = dream_fractions(s.steps[b]);
+      std::copy(f.begin(), f.end(), s.fraction.begin() + b * s.num_steps);
+    }
+  }
   for (size_t b = 0; b < kept.size(); ++b)
     for (int64_t t = 0; t < s.num_steps; ++t) {
       const bool in = t < static_cast<int64_t>(transfer[b].size());

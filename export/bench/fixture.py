@@ -176,8 +176,9 @@ def long_prompts(pipe: SeerPipeline, samples: list[Sample], span: tuple[int, int
 
 
 def parallel_modes(rule: str) -> dict[str, dict[str, Any]]:
-    """The parallel-decoding scenario's modes: Request fields of each."""
-    return {
+    """The parallel-decoding scenario's modes: Request fields of each. The parallel rule commits by probability, so
+    its modes rank by it (``low_confidence``; Dream's own loop ranks by a score that is none)."""
+    modes = {
         "early_stop": {"seer": False, "early_stop": True, "decoding": "fixed", "cache": "none"},
         "early_stop_parallel": {"seer": False, "early_stop": True, "decoding": rule, "cache": "none"},
         "early_stop_parallel_cache32": {
@@ -190,6 +191,7 @@ def parallel_modes(rule: str) -> dict[str, dict[str, Any]]:
         "seer_parallel": {"seer": True, "early_stop": True, "decoding": rule, "cache": "none"},
         "seer_parallel_cache": {"seer": True, "early_stop": True, "decoding": rule, "cache": "reuse"},
     }
+    return {m: {**f, "remasking": "low_confidence"} if f["decoding"] != "fixed" else f for m, f in modes.items()}
 
 
 def parallel(pipe: SeerPipeline, settings: Settings, seed: int, progress: Progress) -> dict[str, Any]:

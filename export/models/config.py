@@ -170,6 +170,8 @@ class LLaDAVConfig:
         family = get_family(infer_family(data, native))
         if native:
             data, naming = _from_native(data, where), "llada-native"
+        else:
+            _refuse_unbuilt(data, where)
         text_names = {f.name for f in dataclasses.fields(TextConfig)}
         missing = sorted(n for n in ("vocab_size", "hidden_size", "num_hidden_layers") if n not in data)
         if missing:
@@ -251,6 +253,23 @@ class LLaDAVConfig:
             "seer": self.seer.to_dict(),
             "generation": self.generation.to_dict(),
         }
+
+
+def _refuse_unbuilt(data: dict[str, Any], where: str) -> None:
+    """Refuse Hugging Face config options the one language model does not implement (Qwen2's and Dream's keys), so
+    such a checkpoint is not exported as something else.
+
+    Raises:
+        ConfigError: RoPE scaling, sliding-window attention, an activation other than SiLU.
+    """
+    other = {k: data[k] for k in ("rope_scaling",) if data.get(k) is not None}
+    if data.get("use_sliding_window"):
+        other["use_sliding_window"] = True
+    if data.get("hidden_act", "silu") != "silu":
+        other["hidden_act"] = data["hidden_act"]
+    if other:
+        raise ConfigError(f"{where}: {other} is not implemented: the language model has plain RoPE, full attention "
+                          f"and SiLU (rope_scaling null, use_sliding_window false, hidden_act silu)")  # fmt: skip
 
 
 def _from_native(data: dict[str, Any], where: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SpecialTokens
+from seer_trt.contracts.config import DEFAULT_DECODING, SCORED, GenerationConfig, SpecialTokens
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import LLADA_V_PINPOINTS
 
@@ -171,6 +171,12 @@ FAMILIES = MappingProxyType(
         )
     }
 )
+
+
+def ranks_by_score(family: str) -> bool:
+    """Whether ``family``'s own loop ranks positions by one of Dream's scores (topk_margin, entropy): its ``denoise``
+    graph then returns them (``seer_trt.contracts.graphs.SCORE_OUTPUTS``)."""
+    return get_family(family).generation.remasking in SCORED
 
 
 def special_tokens(family: str, tokenizer_json: str | Path) -> SpecialTokens:

@@ -25,6 +25,7 @@ from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-llada-v"  # the bundled fixture
 HARD_FIXTURE_DIR = FIXTURE_DIR.parent / "tiny-llada-v-hard"  # the second one: the "hard" task family
+DREAM_FIXTURE_DIR = FIXTURE_DIR.parent / "tiny-dream"  # the Dream family's: shifted logits, GQA, the "text" tasks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,14 @@ MODELS = MappingProxyType(
                 None,
                 HARD_FIXTURE_DIR,
                 "the same architecture trained on the harder task family: spread confidences (bundled)",
+            ),
+            ModelEntry(
+                "tiny-dream",
+                None,
+                DREAM_FIXTURE_DIR,
+                "1.6M-parameter Dream-family model (shifted logits, GQA, q/k/v biases) trained on the text tasks "
+                "(bundled)",
+                family="dream",
             ),
             ModelEntry(
                 "llada-v", "GSAI-ML/LLaDA-V", None, "LLaDA-V 8B; --checkpoint DIR or the local Hugging Face cache"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from seer_export.models.families import suppressed_ids
+from seer_export.models.families import ranks_by_score, suppressed_ids
 from seer_export.models.llada_v import LLaDAV
 from seer_export.reference.seer import capture_mlp, mlp_statistic, normalise, probe_score
 from seer_trt.contracts.config import SeerConfig, SpecialTokens
@@ -58,8 +58,34 @@ def log1p(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x < 1e-2, series, torch.log(1 + x))
 
 
+def log1m(e: torch.Tensor) -> torch.Tensor:
+    """log(1 - e) for 0 <= e <= 1 in fp32 without cancellation: below 1e-2 the series -e(1 + e/2 + e^2/3 + e^3/4),
+    above it the log of 1 - e (which ``one_minus`` gives for e near 1)."""
+    series = -e * (1 + e * (0.5 + e * (1 / 3 + e * 0.25)))
+    return torch.where(e < 1e-2, series, torch.log(1 - e))
+
+
+def dream_scores(suppressed: torch.Tensor, x0: torch.Tensor, top: torch.Tensor,
+                 s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Dream's two scores of softmax(``suppressed``) [B, G, V] fp32, from ``greedy``'s maximum ``top`` [B, G, 1] and
+    s (the mass beside x0, relative to it): ``log_margin`` = log(p1 - p2) (``topk_margin`` ranks by p1 - p2, and
+    p1 - p2 = (1 - e^d) / (1 + s), d the second logit minus the first: near a tie 1 - e^d comes from its series, near
+    a clear top from ``log1m``, so the order survives fp32 near 1) and ``neg_entropy`` = sum p log(p + 1e-10)
+    (``entropy``; x0's own term p1 (log(1 + 1e-10 (1 + s)) - log(1 + s)) from ``log1p``, not from log(p1) near 1)."""
+    second = torch.topk(suppressed, 2, dim=-1).values[..., 1]  # [B, G]
+    d = second - top[..., 0]  # <= 0
+    near_tie = -d * (1 + d * (0.5 + d * (1 / 6 + d / 24)))  # 1 - e^d for small |d|
+    gap = torch.where(d > -1e-2, torch.log(near_tie), log1m(torch.exp(d)))  # log(1 - e^d)
+    log_margin = torch.clamp(gap - log1p(s), min=-1e30)  # an exact tie ranks last, finitely (-inf: not eligible)
+    p = torch.exp(suppressed - top) / (1 + s)[..., None]  # [B, G, V]
+    is_x0 = torch.arange(suppressed.shape[-1], device=x0.device) == x0[..., None]
+    others = torch.where(is_x0, torch.zeros_like(p), p * torch.log(p + 1e-10)).sum(-1)
+    own = (log1p(1e-10 * (1 + s)) - log1p(s)) / (1 + s)
+    return log_margin, others + own
+
+
 def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
-           ids: tuple[int, ...] | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
+           ids: tuple[int, ...] | None = None, scores: bool = False) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """x0 [B, G] int64, its log-probability and the end-token probability [B, G] float32, from one reduction.
 
     ``x0`` is the argmax of the suppressed logits and ``log_confidence`` its log softmax probability
@@ -69,6 +95,7 @@ def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
     ``p_end`` = p(<|eot_id|>) + p(<|endoftext|>) under the *unsuppressed* softmax (what ``seer.step_zero``
     reads): its normaliser is the suppressed one plus the suppressed ids' own mass at masked positions, four
     columns, so no second softmax over the vocabulary is computed. ``ids``: the suppressed set (``suppress_masked``).
+    ``scores``: also Dream's ``log_margin`` and ``neg_entropy`` (``dream_scores``).
     """
     ids = special.suppressed_ids if ids is None else ids
     logits = logits.float()  # the vocabulary reduction in fp32, also in fp16 graphs
@@ -88,6 +115,8 @@ def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
     else:  # nothing suppressed: one normaliser
         lse_all = lse
     p_end = torch.exp(logits[..., special.eot_id] - lse_all) + torch.exp(logits[..., special.endoftext_id] - lse_all)
+    if scores:
+        return x0, log_confidence, p_end, *dream_scores(suppressed, x0, top, s)
     return x0, log_confidence, p_end
 
 
@@ -104,6 +133,7 @@ class _Graph(nn.Module):
         self.llada = model
         self.special = special
         self.suppressed = suppressed_ids(model.config.family, special)  # the family's loop: LLaDA-V's four, or none
+        self.scores = ranks_by_score(model.config.family)  # Dream's: denoise also returns its scores
         self.seer = seer
 
     def _embeds(self, prefix_embeds: torch.Tensor, gen_ids: torch.Tensor) -> torch.Tensor:
@@ -173,7 +203,7 @@ class DenoiseGraph(_CachedGraph):
         past_weights: torch.Tensor, *past: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:  # fmt: skip
         logits, present = self._logits(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past)
-        return *greedy(logits, gen_ids, self.special, self.suppressed), *present
+        return *greedy(logits, gen_ids, self.special, self.suppressed, self.scores), *present
 
 
 class DenoiseLogitsGraph(_CachedGraph):

@@ -34,13 +34,12 @@ from pathlib import Path
 import torch
 
 from seer_export.models.config import LLaDAVConfig
-from seer_export.models.families import FAMILIES
+from seer_export.models.families import FAMILIES, ranks_by_score
 from seer_export.onnx.export import Log, export_graph
 from seer_export.onnx.options import ExportError, ExportOptions
 from seer_export.onnx.shared_weights import SharedWeights
 from seer_export.onnx.source import TOKENIZER_FILES, Source, model_dims, open_source
-from seer_trt.contracts.config import SCORED
-from seer_trt.contracts.graphs import SAMPLING_GRAPHS, for_front_end, graph_precision, graph_specs
+from seer_trt.contracts.graphs import for_front_end, graph_precision, graph_specs
 from seer_trt.contracts.integrity import checksums
 from seer_trt.contracts.manifest import (
     SCHEMA_VERSION,
@@ -202,9 +201,8 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
         check_validation_memory(source, options)
     seer = source.config.seer
     names = for_front_end(options.graphs, FAMILIES[source.config.family].front_end)
-    if source.config.generation.remasking in SCORED:  # Dream's own loop ranks by a score of the whole distribution
-        names = tuple(dict.fromkeys(names + SAMPLING_GRAPHS))
-    specs = graph_specs(model_dims(source.config), options.precision, names, probe=seer.signal == "probe")
+    specs = graph_specs(model_dims(source.config), options.precision, names, probe=seer.signal == "probe",
+                        scores=ranks_by_score(source.config.family))  # Dream's: denoise returns its scores  # fmt: skip
     with staging_folder(options.out, options.force) as staging:
         entries: dict[str, GraphEntry] = {}
         weights = SharedWeights(staging)

@@ -135,7 +135,6 @@ def generate(
     device = prefix_embeds.device
     kept_t = torch.as_tensor(schedule.kept, device=device)
     segment_ids, position_ids = window_layout(prefix_valid, kept_t, n)
-    transfer = torch.as_tensor(schedule.transfer, device=device)  # [B, T]
     block_end = torch.as_tensor(schedule.block_end, device=device)  # [B, T]
     positions = torch.arange(n, device=device)[None]  # [1, N]
     rngs = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
@@ -186,7 +185,9 @@ def generate(
             end = torch.minimum(kept_t, (first // gen.block_length + 1) * gen.block_length)
         eligible = masked & (positions < end[:, None]) & before_stop & live[:, None]
         conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
-        commit = commit_rule(rule, conf, eligible, transfer[:, min(t, schedule.num_steps - 1)])
+        # Dream's schedule counts from the masks still open (one committed as the mask id stays open)
+        k = schedule.count(t, (masked & before_stop).sum(1).cpu().numpy())
+        commit = commit_rule(rule, conf, eligible, torch.as_tensor(k, device=device))
         x = torch.where(commit, x0, x)
         if early_stop:
             stop = torch.where(x == special.eot_id, positions, n).amin(1)

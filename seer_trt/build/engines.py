@@ -94,7 +94,8 @@ def plan_build(manifest: Manifest, options: BuildOptions) -> ProfilePlan:
     buckets, split = parse_overrides(options.profiles, manifest.buckets)
     v = manifest.vision
     inputs = {g: [(t.name, t.shape) for t in manifest.graph(g).spec.inputs] for g in graphs}
-    return plan_profiles(inputs, buckets, tiles_per_image(v.image_aspect_ratio, v.image_size, v.grid_pinpoints), split)
+    tiles = tiles_per_image(v.image_aspect_ratio, v.image_size, v.grid_pinpoints)
+    return plan_profiles(inputs, buckets, tiles, split, manifest.model.logit_shift)
 
 
 def _network_flags(trt) -> int:

@@ -183,7 +183,8 @@ class GenerationConfig:
             raise ConfigError(f"remasking must be one of {list(REMASKINGS)}, got {self.remasking!r}")
         if self.remasking in SCORED and self.decoding != "fixed":
             raise ConfigError(f"remasking {self.remasking!r} ranks positions by a score that is not a probability; "
-                              f"it runs with decoding 'fixed' (Dream's loop), not {self.decoding!r}")  # fmt: skip
+                              f"it runs with decoding 'fixed' (Dream's loop), not {self.decoding!r}; pass remasking "
+                              f"'low_confidence' for a rule that commits by probability")  # fmt: skip
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         if self.schedule == "dream" and self.block_length != self.gen_length:

@@ -150,6 +150,11 @@ def log_confidence(out: Mapping[str, Any]) -> Any:
 
 
 P_END = TensorSpec("p_end", "float32", ("batch", "answer"))  # p(<|eot_id|>) + p(<|endoftext|>), unsuppressed
+# Dream's scores of the (suppressed) distribution, in a family whose loop ranks by one (graph_specs(scores=True)):
+# log(p1 - p2), monotone in topk_margin's score with fp32's relative resolution near 1; sum p log(p + 1e-10)
+LOG_MARGIN = TensorSpec("log_margin", "float32", ("batch", "answer"))
+NEG_ENTROPY = TensorSpec("neg_entropy", "float32", ("batch", "answer"))
+SCORE_OUTPUTS = {"topk_margin": LOG_MARGIN.name, "entropy": NEG_ENTROPY.name}  # remasking -> the output it ranks by
 
 
 PROBE_SCORE = TensorSpec("probe_score", "float32", ("batch", "answer"))  # sigmoid(w . x / rms(x) + b) after layer k
@@ -188,7 +193,7 @@ GRAPHS: dict[str, GraphSpec] = {
         GraphSpec(
             "denoise",
             WINDOW_INPUTS,
-            (X0, CONFIDENCE, P_END),
+            (X0, CONFIDENCE, P_END, LOG_MARGIN, NEG_ENTROPY),
             "one full-depth step: greedy x0, its log-probability, the end-token probability (step zero's fallback)",
         ),
         GraphSpec(
@@ -269,7 +274,7 @@ SAMPLING_GRAPHS = ("denoise_logits",)  # added by seer-export --sampling (temper
 
 
 def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] = SERVING_GRAPHS,
-                probe: bool = False, cache: bool = True) -> dict[str, GraphSpec]:  # fmt: skip
+                probe: bool = False, cache: bool = True, scores: bool = False) -> dict[str, GraphSpec]:  # fmt: skip
     """Concrete specs of the graphs ``names`` for a model with ``dims`` exported in ``precision``.
 
     Args:
@@ -278,6 +283,8 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
         names: which graphs, in export order.
         probe: the calibration is a probe: ``step_zero`` also returns ``probe_score``.
         cache: the window graphs (CACHED_GRAPHS) take and return prompt K/V (``cache_specs``).
+        scores: ``denoise`` also returns Dream's scores (``log_margin``, ``neg_entropy``): the family's loop ranks
+            positions by one (``seer_export.models.families.ranks_by_score``).
     """
     missing = [a for a in MODEL_AXES if a not in dims]
     if missing:
@@ -295,6 +302,10 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
                 g = specs[n]
                 specs[n] = dataclasses.replace(g, inputs=g.inputs + extra_in, outputs=g.outputs + extra_out)
     specs = {n: g.resolve(graph_precision(n, precision), dims) for n, g in specs.items()}
+    if "denoise" in specs and not scores:
+        window = specs["denoise"]
+        dropped = set(SCORE_OUTPUTS.values())
+        specs["denoise"] = dataclasses.replace(window, outputs=tuple(t for t in window.outputs if t.name not in dropped))
     if "step_zero" in specs and not probe:
         zero = specs["step_zero"]
         specs["step_zero"] = dataclasses.replace(

@@ -82,6 +82,10 @@ class ModelInfo:
     # row (Dream); a cached step then computes each row's last prompt position with its answer (runtime.kv_cache)
     logit_shift: int = 0
 
+    def __post_init__(self) -> None:
+        if self.logit_shift not in (0, 1):
+            raise ManifestError(f"model.logit_shift {self.logit_shift!r} is not 0 or 1; upgrade seer-trt or re-export")
+
 
 @dataclasses.dataclass(frozen=True)
 class VisionInfo:

@@ -158,6 +158,7 @@ def plan_profiles(
     buckets: LengthBuckets,
     max_tiles: int = 1,
     split: Sequence[str] = DEFAULT_SPLIT,
+    logit_shift: int = 0,
 ) -> ProfilePlan:
     """Plan the profiles of each graph's engine.
 
@@ -166,6 +167,8 @@ def plan_profiles(
         buckets: batch, prompt and answer sizes; text spans (``tokens``) are at most a prompt.
         max_tiles: vision tiles of one image (``tiles_per_image``).
         split: axes that get one profile per bucket (cross product when several); at most SPLIT_AXES.
+        logit_shift: the manifest's ``model.logit_shift``: 1 (Dream) gives a cached step's call a prompt of the rows'
+            last prompt positions (one column padded, one per row packed; ``seer_trt.runtime.kv_cache``), not 0.
 
     Raises:
         ConfigError: an unknown split axis, or a graph with a dynamic axis no bucket plans.
@@ -190,8 +193,10 @@ def plan_profiles(
                 options.append([((axis, Range(1, max_tiles, max(max_tiles, buckets.batch[-1]))),)])
             elif axis == "prompt" and cached:  # the two call shapes of a cached window graph (see above)
                 prompts = _ranges(buckets.prompt, "prompt" in split)
+                # a cached step: no prompt, or (shifted logits) each row's last prompt position, the rest cached
+                live = Range(1, 1, buckets.prompt[-1]) if logit_shift else Range(0, 0, 0)
                 options.append([((axis, r), ("past", Range(0, 0, 0)), ("history", Range(1, 1, 1))) for r in prompts]
-                               + [((axis, Range(0, 0, 0)), ("past", Range(max(1, r.min), r.opt, r.max)),
+                               + [((axis, live), ("past", Range(0 if logit_shift else max(1, r.min), r.opt, r.max)),
                                    ("history", Range(1, 1, MAX_SNAPSHOTS))) for r in prompts])  # fmt: skip
             elif axis not in ("past", "history"):
                 options.append([((axis, r),) for r in _ranges(sources[axis], axis in split)])

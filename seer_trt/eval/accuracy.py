@@ -105,6 +105,8 @@ def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | N
         fields = (
             {"seer": False, "early_stop": False, "cache": "none"} if setting == "padded" else DECODING_SETTINGS[setting]
         )
+        if rule != "fixed":  # a rule that commits by probability ranks by it (Dream's default score is none)
+            fields = {**fields, "remasking": "low_confidence"}
         results: list[Result] = []
         start = time.perf_counter()
         for first in range(0, len(samples), CHUNK):

@@ -86,12 +86,16 @@ class Decoder(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Greedy:
-    """Temperature 0, ``low_confidence``: the ``denoise`` graph's own argmax and log-probability."""
+    """Temperature 0: the ``denoise`` graph's own argmax, ranked by its log-probability (``low_confidence``) or by
+    one of Dream's scores the graph returns (``score``: ``log_margin`` for topk_margin, ``neg_entropy`` for entropy;
+    ``seer_trt.contracts.graphs.SCORE_OUTPUTS``)."""
 
+    score: str | None = None
     graph: str = "denoise"
 
     def __call__(self, out, layout, step, shape, mask_id):
-        return layout.gather(out["x0"], shape, mask_id), layout.gather(log_confidence(out), shape, -np.inf)
+        conf = log_confidence(out) if self.score is None else out[self.score]
+        return layout.gather(out["x0"], shape, mask_id), layout.gather(conf, shape, -np.inf)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,7 +270,7 @@ def denoise(
             x0, conf = decoder(out, layout, t, shape, mask_id)
         eligible = open_ & live[:, None] & (positions < block_end[:, None])
         conf = np.where(eligible, conf.astype(np.float64), -np.inf)
-        x = np.where(commit(rule, conf, eligible, schedule.transfer[:, min(t, schedule.num_steps - 1)]), x0, x)
+        x = np.where(commit(rule, conf, eligible, schedule.count(t, open_.sum(1))), x0, x)
         if stop_id is not None:
             stop = np.where(x == stop_id, positions, width).min(1)
     return Denoised(x, used, refreshes, tuple(kv.errors))

@@ -33,6 +33,7 @@ from seer_trt.backends import open_backend
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.config import GenerationConfig, SeerConfig
 from seer_trt.contracts.errors import ConfigError, InputError, ManifestError, SeerError, describe
+from seer_trt.contracts.graphs import SCORE_OUTPUTS
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache, check_dispatch
 from seer_trt.runtime import costs
@@ -245,7 +246,7 @@ class SeerPipeline:
         gen = self.generation(request)
         if request.window is not None and not 1 <= request.window <= gen.gen_length:
             raise InputError(f"window {request.window} must lie in [1, gen_length {gen.gen_length}]")
-        if gen.temperature > 0 or gen.remasking != "low_confidence":
+        if self.decoder_graph(gen) == "denoise_logits":
             try:
                 self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
             except ManifestError as err:  # what this request asks of an export that cannot do it
@@ -366,7 +367,7 @@ class SeerPipeline:
             layout = (packed_layout(members, kept[rows]) if part.path == "packed"
                       else padded_layout(members, kept[rows], part.prompt_len, part.gen_len))  # fmt: skip
             clock["packing"] += time.perf_counter() - t1
-            decoder = Greedy() if greedy else Sampled(gen.temperature, gen.remasking, group.seeds[rows])
+            decoder = self.decoder(gen, group.seeds[rows])
             part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
             out = denoise(self.backend, layout, schedule.rows(rows), decoder, special.mask_id, part_step0,
                           special.eot_id if group.early_stop else None, group.cache, gen.rule, gen.block_length,
@@ -382,6 +383,27 @@ class SeerPipeline:
         results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock), refreshes=int(r))
                    for (a, text), row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
         return results, dispatch, errors
+
+    def in_graph_score(self, gen: GenerationConfig) -> str | None:
+        """The ``denoise`` output a greedy request ranked by one of Dream's scores reads (an export of a family whose
+        loop ranks by one returns them), else None."""
+        name = SCORE_OUTPUTS.get(gen.remasking)
+        if gen.temperature > 0 or name is None or "denoise" not in self.manifest.graphs:
+            return None
+        return name if any(t.name == name for t in self.manifest.graph("denoise").spec.outputs) else None
+
+    def decoder_graph(self, gen: GenerationConfig) -> str:
+        """The window graph a request of ``gen`` runs: ``denoise`` (greedy, by log-probability or an in-graph score),
+        or ``denoise_logits`` (sampling, random remasking, a Dream score this export's denoise does not return)."""
+        greedy = gen.temperature == 0 and gen.remasking == "low_confidence"
+        return "denoise" if greedy or self.in_graph_score(gen) else "denoise_logits"
+
+    def decoder(self, gen: GenerationConfig, seeds: np.ndarray):
+        """The loop's ``Decoder`` for ``gen`` (``seeds``: one per row, for sampling)."""
+        if gen.temperature == 0 and gen.remasking == "low_confidence":
+            return Greedy()
+        score = self.in_graph_score(gen)
+        return Greedy(score) if score else Sampled(gen.temperature, gen.remasking, seeds)
 
     def close(self) -> None:
         self.backend.close()

@@ -46,15 +46,24 @@ class ChatFormat:
 
     @functools.cached_property
     def _compiled(self):
-        import jinja2
+        """The template as Hugging Face's ``apply_chat_template`` compiles it, so a checkpoint's own template renders
+        alike: a sandbox, ``trim_blocks`` and ``lstrip_blocks``, loop controls, names a chat does not set (``tools``,
+        a message's ``tool_calls``, as Qwen's templates test) undefined and falsy, and ``raise_exception``."""
+        from jinja2.ext import loopcontrols
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(self.template)
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        env.globals["raise_exception"] = _template_error
+        return env.from_string(self.template)
 
     def _render(self, roles: Sequence[str], contents: Sequence[str]) -> str:
         messages = [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
-        # tools: None, as a chat without tool definitions (Qwen's templates test it; StrictUndefined would raise)
-        return self._compiled.render(messages=messages, bos_token=self.bos_token, add_generation_prompt=True,
-                                     tools=None)  # fmt: skip
+        import jinja2
+
+        try:
+            return self._compiled.render(messages=messages, bos_token=self.bos_token, add_generation_prompt=True)
+        except jinja2.TemplateError as err:  # the template's own check of the conversation, or a broken template
+            raise InputError(f"the model's chat template refused this conversation: {err}") from None
 
     def render(self, user: str, system: str | None = None, history: Sequence[tuple[str, str]] = ()) -> str:
         """The full prompt text for a user turn, ending with the assistant header (``system``: None for the
@@ -100,6 +109,13 @@ class ChatFormat:
             pieces += [(head, None), (text, role)]
         pieces.append((rest, None))
         return [(text, role) for text, role in pieces if text]
+
+
+def _template_error(message: str):
+    """``raise_exception`` inside a chat template, as transformers defines it."""
+    import jinja2
+
+    raise jinja2.TemplateError(message)
 
 
 class ChatTokenizer:
@@ -237,6 +253,9 @@ class PromptFormat:
         if not isinstance(prompt, str) or not isinstance(system, str | None):
             raise InputError(f"the prompt is a {type(prompt).__name__}; send the question as text")
         self.check_length(prompt, system, history)
+        if has_image and self.vision.encoder == "none":
+            raise InputError("this export is a text-only model (vision.encoder none: Dream); send the prompt without "
+                             "an image")  # fmt: skip
         if not prompt or not prompt.strip():
             raise InputError("the prompt is empty; send the question as text")
         n_tokens = prompt.count(IMAGE_TOKEN)

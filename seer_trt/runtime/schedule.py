@@ -32,17 +32,35 @@ class Schedule:
     steps: np.ndarray  # [B] int64: denoising steps each row uses
     transfer: np.ndarray  # [B, T] int64: tokens committed by row b at step t (T = max steps)
     block_end: np.ndarray  # [B, T] int64: at step t only answer positions < block_end[b, t] may commit
+    # schedule "dream": [B, T] float32 1 - t[i + 1] / t[i] of the row's timesteps, inf at its last step (all that
+    # are left), 0 past it; the count is taken from the masks still open (``count``), as diffusion_generate does
+    fraction: np.ndarray | None = None
 
     @property
     def num_steps(self) -> int:
         return int(self.transfer.shape[1])
+
+    def count(self, t: int, open_masks: np.ndarray) -> np.ndarray:
+        """[B] tokens each row commits at step ``t``: the planned ``transfer``, or under Dream's schedule
+        int(m * (1 - t[i + 1] / t[i])) of the m masks the row still has open (float32, as Dream's tensors), all of
+        them at its last step. The two agree unless a step commits a mask id (a prediction of the mask itself), which
+        leaves that position masked for a later step."""
+        i = min(t, self.num_steps - 1)
+        if self.fraction is None:
+            return self.transfer[:, i]
+        f = self.fraction[:, i]
+        m = np.asarray(open_masks, dtype=np.int64)
+        with np.errstate(invalid="ignore"):
+            share = (m.astype(np.float32) * np.where(np.isinf(f), 0, f)).astype(np.int64)
+        return np.where(np.isinf(f), m, share)
 
     def rows(self, rows: np.ndarray | list[int]) -> Schedule:
         """The schedule of a subset of rows, its step axis cut to their longest."""
         rows = np.asarray(rows, dtype=np.int64)
         steps = self.steps[rows]
         total = int(steps.max()) if len(rows) else 0
-        return Schedule(self.kept[rows], steps, self.transfer[rows, :total], self.block_end[rows, :total])
+        fraction = None if self.fraction is None else self.fraction[rows, :total]
+        return Schedule(self.kept[rows], steps, self.transfer[rows, :total], self.block_end[rows, :total], fraction)
 
 
 def truncated_steps(steps: int, kept: np.ndarray | int, gen_length: int) -> np.ndarray:
@@ -80,12 +98,21 @@ def linspace32(start: float, end: float, count: int) -> np.ndarray:
     return np.concatenate([low, high]).astype(np.float32)
 
 
-def dream_transfer(masks: int, steps: int, eps: float = DREAM_EPS) -> list[int]:
-    """Tokens Dream's loop commits at each of ``steps`` steps over ``masks`` masked positions (sums to ``masks``)."""
+def dream_fractions(steps: int, eps: float = DREAM_EPS) -> np.ndarray:
+    """[steps] float32 1 - t[i + 1] / t[i] of Dream's timesteps ``linspace(1, eps, steps + 1)``; inf at the last step
+    (its loop commits every mask left there)."""
     t = linspace32(1.0, eps, steps + 1)
+    out = (np.float32(1) - t[1:] / t[:-1]).astype(np.float32)
+    out[-1] = np.inf
+    return out
+
+
+def dream_transfer(masks: int, steps: int, eps: float = DREAM_EPS) -> list[int]:
+    """Tokens Dream's loop commits at each of ``steps`` steps over ``masks`` masked positions (sums to ``masks``),
+    when every step commits what it chose (no prediction of the mask id itself)."""
     out, left = [], masks
-    for i in range(steps):
-        k = left if i == steps - 1 else int(np.float32(left) * (np.float32(1) - t[i + 1] / t[i]))
+    for f in dream_fractions(steps, eps):
+        k = left if np.isinf(f) else int(np.float32(left) * f)
         out.append(k)
         left -= k
     return out
@@ -109,10 +136,12 @@ def plan_schedule(gen: GenerationConfig, kept: np.ndarray | None = None, batch: 
     steps_per_block = gen.steps // gen.num_blocks
     rows_transfer: list[list[int]] = []
     rows_block_end: list[list[int]] = []
+    rows_fraction: list[np.ndarray] = []
     for length, steps in zip(kept_arr.tolist(), row_steps.tolist(), strict=True):  # planning, once per request
         if gen.schedule == "dream":  # one block: the whole kept window
             rows_transfer.append(dream_transfer(length, steps))
             rows_block_end.append([length] * steps)
+            rows_fraction.append(dream_fractions(steps))
             continue
         transfer: list[int] = []
         block_end: list[int] = []
@@ -133,4 +162,9 @@ def plan_schedule(gen: GenerationConfig, kept: np.ndarray | None = None, batch: 
         transfer_arr[b, : len(transfer)] = transfer
         block_end_arr[b, : len(block_end)] = block_end
         block_end_arr[b, len(block_end) :] = kept_arr[b]
-    return Schedule(kept=kept_arr, steps=row_steps, transfer=transfer_arr, block_end=block_end_arr)
+    fraction = None
+    if gen.schedule == "dream":
+        fraction = np.zeros((len(kept_arr), total), dtype=np.float32)
+        for b, f in enumerate(rows_fraction):
+            fraction[b, : len(f)] = f
+    return Schedule(kept=kept_arr, steps=row_steps, transfer=transfer_arr, block_end=block_end_arr, fraction=fraction)

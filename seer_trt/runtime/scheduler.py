@@ -249,7 +249,7 @@ class StepScheduler:
             except Exception as err:  # noqa: BLE001 - this request's input, and only its
                 ticket.future.set_result(Result.failed(f"{type(err).__name__}: {describe(err)}", "internal"))
                 continue
-            if not _steppable(gen, ticket.request, cache):
+            if not _steppable(self.pipe, gen, cache):
                 self._alone(ticket)
                 continue
             fresh.append((ticket, gen, prompt, time.perf_counter() - start))
@@ -267,7 +267,7 @@ class StepScheduler:
         if seer:
             zero = step_zero_rows(self.pipe.backend, embeds, n, self.pipe.seer, self.pipe.buckets.batch[-1])
             kept = detect(zero.profile, self.pipe.seer)
-            if zero.x0 is not None:
+            if zero.x0 is not None and gen.remasking == "low_confidence":  # its confidence is the log-probability
                 step0 = (zero.x0, zero.confidence)
         else:
             kept = np.array([t.request.window or n for t, *_ in members], dtype=np.int64)
@@ -316,8 +316,12 @@ class StepScheduler:
             past, _ = _exact_feeds(pipe, layout)
             result = pipe.backend.run("denoise", {**feeds, **past}, step_outputs(pipe.backend.spec("denoise")))
             x0, conf = Greedy()(result, layout, 0, (len(members), width), mask_id)
+            scored = {}  # Dream's scores, for the rows that rank by one (the graph returns them all)
             for j, r in enumerate(members):
-                out[id(r)] = (x0[j, : r.kept], conf[j, : r.kept])
+                score = pipe.in_graph_score(r.gen)
+                if score is not None and score not in scored:
+                    scored[score] = Greedy(score)(result, layout, 0, (len(members), width), mask_id)[1]
+                out[id(r)] = (x0[j, : r.kept], (conf if score is None else scored[score])[j, : r.kept])
                 r.calls += 1
         self._layouts = layouts
         return out
@@ -333,7 +337,7 @@ class StepScheduler:
                                                                                      block)[0])  # fmt: skip
         eligible = open_ & (positions < block_end)
         scores = np.where(eligible, conf.astype(np.float64), -np.inf)
-        transfer = r.schedule.transfer[:, min(r.t, r.schedule.num_steps - 1)]
+        transfer = r.schedule.count(r.t, np.array([int(open_.sum())]))
         chosen = commit(r.gen.rule, scores[None], eligible[None], transfer)[0]
         r.x = np.where(chosen, x0, r.x)
         if r.stop_id is not None:
@@ -373,9 +377,10 @@ class StepScheduler:
                                           refreshes=r.calls))  # fmt: skip
 
 
-def _steppable(gen: GenerationConfig, request: Request, cache) -> bool:
-    """Whether the step loop runs this request: greedy, the exact loop (no prompt cache)."""
-    return gen.temperature == 0 and gen.remasking == "low_confidence" and cache.mode == "none"
+def _steppable(pipe, gen: GenerationConfig, cache) -> bool:
+    """Whether the step loop runs this request: greedy (ranked by the log-probability, or by a Dream score the
+    denoise graph returns), the exact loop (no prompt cache)."""
+    return pipe.decoder_graph(gen) == "denoise" and gen.temperature == 0 and cache.mode == "none"
 
 
 def _exact_feeds(pipe, layout) -> tuple[dict, bool]:

@@ -101,6 +101,8 @@ class ChatRequest(BaseModel):
     seer: bool | None = None  # False: the padded loop over all N positions
     early_stop: bool | None = None  # LLaDA-V's stopping rule at <|eot_id|>
     decoding: str | None = None  # fixed | threshold:TAU | factor:F
+    # what ranks positions: low_confidence | random (sampling exports) | Dream's topk_margin | entropy
+    remasking: str | None = Field(None, max_length=32)
     steps: int | None = Field(None, ge=1)  # denoising steps over N
 
 
@@ -137,7 +139,7 @@ def parse(body: bytes) -> ChatRequest:
             raise ApiError(f"the body is not JSON ({first['msg']}); send a JSON object", 400) from None
         if first["type"] == "extra_forbidden":
             raise ApiError(f"unknown field {param}; this server takes {sorted(ChatRequest.model_fields)} (seer-trt's "
-                           f"own: seer, early_stop, decoding, steps)", 400, param) from None  # fmt: skip
+                           f"own: seer, early_stop, decoding, remasking, steps)", 400, param) from None  # fmt: skip
         raise ApiError(f"{param or 'the body'}: {first['msg']}", 400, param) from None
 
 
@@ -244,7 +246,7 @@ def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, by
     images: list[bytes] = []
     prompt = text_of(chat.messages[turns[-1]].content, f"messages[{turns[-1]}].content", images, decode)
     options = {"gen_length": chat.max_completion_tokens or chat.max_tokens, "steps": chat.steps,
-               "temperature": chat.temperature, "decoding": chat.decoding, "seer": chat.seer,
+               "temperature": chat.temperature, "decoding": chat.decoding, "remasking": chat.remasking, "seer": chat.seer,
                "early_stop": chat.early_stop, "seed": chat.seed}  # fmt: skip
     return Request(prompt, image=images[0] if images else None, system=system, history=history, cache="none",
                    **{k: v for k, v in options.items() if v is not None})  # fmt: skip

@@ -71,8 +71,8 @@ struct Request {
   std::optional<int64_t> block_length;
   std::optional<std::string> decoding;  // commit rule, one of DECODING_FORMS; unset: the export's (docs/DESIGN.md
                                         // "Decoding strategies")
-  // what ranks the positions: "low_confidence" (the prediction's log-probability; Dream's maskgit_plus), the only
-  // one this runtime computes; unset: the export's, refused when it is another (Dream's topk_margin or entropy)
+  // what ranks the positions: "low_confidence" (the prediction's log-probability; Dream's maskgit_plus), or Dream's
+  // "topk_margin" / "entropy" as a Dream export's denoise graph returns them; unset: the export's
   std::optional<std::string> remasking;
   std::optional<int64_t> window;     // cut the window to this length without step zero (the oracle)
   bool seer = true;                  // false: the padded baseline, every step over all N positions

@@ -40,7 +40,7 @@ typedef struct {
   int64_t refresh_interval;                /* 0: the pipeline's */
   const char* decoding; /* "fixed" | "threshold:TAU" | "factor:F" (how many positions a step commits); NULL: the
                            export's */
-  const char* remasking; /* "low_confidence" (the only ranking this runtime computes); NULL: the export's */
+  const char* remasking; /* "low_confidence", or a Dream export's "topk_margin" / "entropy"; NULL: the export's */
 } seer_request;
 
 enum {

@@ -43,6 +43,8 @@ REQUEST_INPUTS = (
     TensorConfig("seer", "TYPE_BOOL", (1,), optional=True),  # False: the padded baseline; default True
     TensorConfig("decoding", "TYPE_STRING", (1,), optional=True),  # fixed | threshold:TAU | factor:F; empty: default
     TensorConfig("early_stop", "TYPE_BOOL", (1,), optional=True),  # LLaDA-V's stop at <|eot_id|>; default False
+    # low_confidence | Dream's topk_margin | entropy (random: sampling exports); empty: the export's default
+    TensorConfig("remasking", "TYPE_STRING", (1,), optional=True),
 )
 RESPONSE_OUTPUTS = (
     TensorConfig("text", "TYPE_STRING", (1,)),  # the answer, special tokens dropped
@@ -253,8 +255,8 @@ def read_request(pb: Any, request: Any, limits: ByteLimits | None = None) -> lis
             raise InputError(f"input {name!r} has {len(values)} rows, 'prompt' has {rows}; send one value per row")
         return values
 
-    images, lengths, steps, seer, decodings, stops = (
-        column(n) for n in ("image", "gen_length", "steps", "seer", "decoding", "early_stop")
+    images, lengths, steps, seer, decodings, stops, remaskings = (
+        column(n) for n in ("image", "gen_length", "steps", "seer", "decoding", "early_stop", "remasking")
     )
     out = []
     for i, prompt in enumerate(prompts):
@@ -279,6 +281,9 @@ def read_request(pb: Any, request: Any, limits: ByteLimits | None = None) -> lis
         decoding = decodings[i] if decodings else None
         if decoding is not None and not isinstance(decoding, bytes):
             raise InputError(f"{where}decoding is a {type(decoding).__name__}; send it as BYTES, e.g. b'factor:1'")
+        remasking = remaskings[i] if remaskings else None
+        if remasking is not None and not isinstance(remasking, bytes):
+            raise InputError(f"{where}remasking is a {type(remasking).__name__}; send it as BYTES, e.g. b'entropy'")
         try:
             out.append(
                 Request(
@@ -289,6 +294,7 @@ def read_request(pb: Any, request: Any, limits: ByteLimits | None = None) -> lis
                     seer=bool(seer[i]) if seer is not None else True,
                     decoding=decoding.decode("utf-8", "replace") if decoding else None,  # empty: the default
                     early_stop=bool(stops[i]) if stops is not None else False,
+                    remasking=remasking.decode("utf-8", "replace")[:32] if remasking else None,  # empty: the default
                 )
             )
         except InputError as err:
