@@ -400,3 +400,33 @@ def test_the_step_scheduler_batches_dream_requests_ranked_by_its_scores(export):
     pipe.close()
     assert [g.window for g in got] == [a.window for a in alone] and all(g.ok for g in got)
     assert max(scheduler.rows_per_step) > 3  # rows ranked by different scores shared steps
+
+
+def test_a_qwen_style_template_renders_as_transformers_would(tmp_path):
+    """A ChatML template in Qwen's style (it tests ``tools`` and an assistant message's ``tool_calls``, trims its
+    blocks with ``{%-``, and writes its own system turn): history renders, and the template's raise_exception is a
+    one-line refusal of the conversation, not a crash."""
+    from seer_trt.contracts.errors import InputError
+    from seer_trt.runtime.prompt import ChatFormat
+
+    template = (
+        "{%- if tools %}{{- raise_exception('no tools here') }}{%- endif %}\n"
+        "{%- if messages[0].role != 'system' %}{{- '<|im_start|>system\\nYou are helpful.<|im_end|>\\n' }}{%- endif %}\n"
+        "{%- for message in messages %}\n"
+        "  {%- if message.role == 'assistant' and message.tool_calls %}{{- raise_exception('tool call') }}\n"
+        "  {%- elif message.role == 'tool' %}{{- raise_exception('no tool turns') }}\n"
+        "  {%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}\n"
+        "  {%- endif %}\n"
+        "{%- endfor %}\n"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
+    )
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "bos_token": None}))
+    chat = ChatFormat.from_folder(tmp_path)
+    text = chat.render("count to 3 .", history=[("user", "hi"), ("assistant", "hello")])
+    assert text == ("<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                    "<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>user\ncount to 3 .<|im_end|>\n"
+                    "<|im_start|>assistant\n")  # fmt: skip
+    refusing = ChatFormat.from_folder(tmp_path)
+    object.__setattr__(refusing, "template", "{{ raise_exception('roles must alternate') }}")
+    with pytest.raises(InputError, match="refused this conversation: roles must alternate"):
+        refusing.render("count to 3 .")
