@@ -430,3 +430,30 @@ def test_a_qwen_style_template_renders_as_transformers_would(tmp_path):
     object.__setattr__(refusing, "template", "{{ raise_exception('roles must alternate') }}")
     with pytest.raises(InputError, match="refused this conversation: roles must alternate"):
         refusing.render("count to 3 .")
+
+
+# --- the bundled Dream-family fixture --------------------------------------------------------------------------------
+
+
+def test_the_dream_fixture_ships_names_its_families_and_loads_with_its_calibration():
+    from seer_export.models.registry import DREAM_FIXTURE_DIR, get_entry, load
+    from seer_export.reference.fixture import fixture_family
+    from seer_trt.eval.tasks import held_out
+
+    entry = get_entry("tiny-dream")
+    assert entry.bundled == DREAM_FIXTURE_DIR and entry.family == "dream"
+    sizes = {p.name: p.stat().st_size for p in DREAM_FIXTURE_DIR.iterdir()}
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "training.json"):
+        assert name in sizes, f"{name} missing from {DREAM_FIXTURE_DIR}"
+    assert sizes["model.safetensors"] <= 10 * 2**20
+    assert json.loads((DREAM_FIXTURE_DIR / "training.json").read_text())["model"] == "dream"
+    assert fixture_family(DREAM_FIXTURE_DIR) == "text"
+    written = json.loads(build_tokenizer("dream").to_str())  # the tokenizer the trainer writes
+    assert json.loads((DREAM_FIXTURE_DIR / "tokenizer.json").read_text()) == written
+    model, folder = load("tiny-dream")  # strict: every tensor present, none unexpected
+    cfg = model.config
+    assert (cfg.family, cfg.shift_logits, cfg.text.num_key_value_heads, cfg.text.qkv_bias) == ("dream", True, 2, True)
+    assert cfg.seer.label == "calibrated" and cfg.generation.schedule == "dream"
+    vocab = build_tokenizer("dream").get_vocab()
+    for s in held_out(200, family="text"):
+        assert s.image is None and all(w in vocab for w in s.question.split() + list(s.answer)), s
