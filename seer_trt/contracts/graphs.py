@@ -305,7 +305,9 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
     if "denoise" in specs and not scores:
         window = specs["denoise"]
         dropped = set(SCORE_OUTPUTS.values())
-        specs["denoise"] = dataclasses.replace(window, outputs=tuple(t for t in window.outputs if t.name not in dropped))
+        specs["denoise"] = dataclasses.replace(
+            window, outputs=tuple(t for t in window.outputs if t.name not in dropped)
+        )
     if "step_zero" in specs and not probe:
         zero = specs["step_zero"]
         specs["step_zero"] = dataclasses.replace(
