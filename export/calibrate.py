@@ -21,6 +21,14 @@ setting of a (signal, layer) keeps the smallest window among those within ``--ma
 split, on every window N. The choice is the **shallowest** layer whose best setting meets premature <=
 ``--max-premature`` and kept / (true + 1) <= ``--max-kept`` on every N; without one, the setting with the
 smallest window within the premature bound (the end-token signal at full depth, typically), said so.
+
+Accuracy (docs/DESIGN.md "Seer, exactly", "The end tail"): a cut that lands right can still change answers, so the
+chosen detector is then judged by exact match against the uncut loop on the choosing split, paired on the same
+prompts (``seer_trt.eval.paired``), under ``--accuracy-rule`` (the default request's rule, with LLaDA-V's early
+stop; ``fixed`` runs the exact loop): for each end tail of ``--tails`` (the share of the cut-away positions kept as
+committed end tokens), the answers lost and gained and McNemar's p. The smallest tail that loses at most
+``--max-loss`` points with p > 0.1 on every N is chosen; the report split shows the same figures; without one, the
+largest tail, said so.
 """
 
 from __future__ import annotations
@@ -217,6 +225,61 @@ def calibrate(fit_sets: dict[int, Profiles], choose_sets: dict[int, Profiles], n
     return rows, min(within, key=lambda r: worst(r.choose)["mean_kept_over_true"]), False
 
 
+def cut_accuracy(
+    model, enc, samples, n: int, seer: SeerConfig, tails: list[float], rule: str, batch: int = 50
+) -> dict[str, dict]:
+    """Exact match of the uncut loop and of Seer's cut with each end tail of ``tails`` on ``samples`` (PyTorch
+    reference, greedy, steps = N over one block, LLaDA-V's early stop unless ``rule`` is fixed): {"uncut": {"exact":
+    rate}, "tail T": paired statistics against the uncut loop}."""
+    from seer_export.reference.sampler import generate
+    from seer_export.reference.seer import seer_generate
+    from seer_trt.eval.paired import paired
+
+    base = model.config.generation
+    gen = dataclasses.replace(base, gen_length=n, steps=n, block_length=n, decoding=rule,
+                              remasking=base.remasking if rule == "fixed" else "low_confidence")  # fmt: skip
+    early = rule != "fixed"
+    special = enc.special
+    truth = [enc.answer_ids(s)[:-1] for s in samples]
+    hits: dict[str, list[bool]] = {"uncut": [], **{f"tail {t:g}": [] for t in tails}}
+
+    def score(key: str, tokens: np.ndarray, first: int) -> None:
+        for row, want in zip(tokens.tolist(), truth[first : first + len(tokens)], strict=True):
+            answer = row[: row.index(special.eot_id)] if special.eot_id in row else None
+            hits[key].append(answer == want)
+
+    for first in range(0, len(samples), batch):
+        prefix, valid = enc.prefix(model, samples[first : first + batch])
+        score("uncut", generate(model, prefix, valid, gen, special, early_stop=early).tokens, first)
+        for t in tails:
+            out, _ = seer_generate(model, prefix, valid, gen, special, seer.replace(tail=t), early_stop=early)
+            score(f"tail {t:g}", out.tokens, first)
+    out = {"uncut": {"exact": float(np.mean(hits["uncut"]))}}
+    out.update({k: paired(hits["uncut"], v).to_dict() for k, v in hits.items() if k != "uncut"})
+    return out
+
+
+def choose_tail(results: dict[int, dict[str, dict]], tails: list[float], max_loss: float) -> tuple[float, bool]:
+    """The smallest tail whose cut loses at most ``max_loss`` points with McNemar's p > 0.1 on every N, and True;
+    else the largest tail and False."""
+    for t in sorted(tails):
+        rows = [r[f"tail {t:g}"] for r in results.values()]
+        if all(row["points"] >= -max_loss and row["p"] > 0.1 for row in rows):
+            return t, True
+    return max(tails), False
+
+
+def accuracy_table(results: dict[int, dict[str, dict]], rule: str, split: str) -> str:
+    lines = [f"Exact match with and without the cut ({split} split, {rule}): lost / gained against the uncut loop",
+             "| N | uncut | end tail | with the cut | lost / gained | McNemar p |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for n, r in results.items():
+        for key, row in r.items():
+            if key != "uncut":
+                lines.append(f"| {n} | {100 * r['uncut']['exact']:.1f} % | {key[5:]} | {100 * row['exact_b']:.1f} % "
+                             f"| {row['only_a']} / {row['only_b']} | {row['p']:.3g} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def layer_profile_table(profiles: Profiles) -> str:
     """Mean statistic per probed layer at offsets around the true end (0 = the <|eot_id|> position)."""
     n, layers, window = profiles.abs_below.shape
@@ -315,6 +378,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch", type=int, default=50, help="prompts per step-zero forward")
     ap.add_argument("--max-layer", type=int, help="probe layers 0..K only (default: every layer); an 8B model's "
                     "residual stream at every layer, position and prompt does not fit in memory")  # fmt: skip
+    ap.add_argument("--accuracy-rule", default="factor:1",
+                    help="decoding rule the cut's accuracy is judged under, with LLaDA-V's early stop unless fixed "
+                    "(default factor:1, the default request's)")  # fmt: skip
+    ap.add_argument("--tails", type=float, nargs="+", default=[0.0, 0.5, 1.0],
+                    help="end tails to judge: shares of the cut-away positions kept as committed end tokens "
+                    "(default 0 0.5 1)")  # fmt: skip
+    ap.add_argument("--max-loss", type=float, default=1.0,
+                    help="exact-match points the cut may lose against the uncut loop (default 1), with McNemar's "
+                    "p > 0.1")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("runs/calibrate"), help="folder for the report and PNG")
     ap.add_argument("--write", action="store_true", help="write the chosen calibration into the model's config.json")
     add_verbose(ap)
@@ -322,6 +394,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 PROG = "seer-calibrate"
+
+
+def judge_accuracy(
+    model, enc, drawn: dict[str, dict[int, list]], seer: SeerConfig, args: argparse.Namespace, summary: dict
+) -> tuple[SeerConfig, bool]:
+    """The detector ``seer`` with the end tail its accuracy on the choosing split asks for (``choose_tail``); the
+    figures of both splits into ``summary`` and printed."""
+    import torch
+
+    from seer_export.models.families import FAMILIES as MODEL_FAMILIES
+
+    # the tail holds what the uncut loop commits past the answer: <|eot_id|> where <|endoftext|> is banned at masks
+    seer = seer.replace(tail_token="eot" if MODEL_FAMILIES[model.config.family].suppress_special else "endoftext")
+    judged: dict[str, dict[int, dict]] = {}
+    with torch.no_grad():
+        for name in ("choose", "report"):
+            judged[name] = {}
+            for n, samples in drawn[name].items():
+                print(f"decoding {len(samples)} {name} samples uncut and cut, N = {n}", file=sys.stderr)
+                judged[name][n] = cut_accuracy(model, enc, samples, n, seer, args.tails, args.accuracy_rule,
+                                               args.batch)  # fmt: skip
+            if name == "choose":
+                tail, accurate = choose_tail(judged["choose"], args.tails, args.max_loss)
+            print(accuracy_table(judged[name], args.accuracy_rule, name))
+    summary["accuracy"] = {"rule": args.accuracy_rule, "max_loss_points": args.max_loss, "tail": tail,
+                           "meets_accuracy_bar": accurate,
+                           **{name: {str(n): r for n, r in v.items()} for name, v in judged.items()}}  # fmt: skip
+    return seer.replace(tail=tail), accurate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,11 +448,13 @@ def work(args: argparse.Namespace) -> int:
     probed = tuple(range(max(len(considered), paper_layer + 1)))  # the paper's rule is always reported
     paper_seer = SeerConfig().replace(probe_layer=paper_layer)
     split: dict[str, dict[int, Profiles]] = {name: {} for name in SPLITS}
+    drawn: dict[str, dict[int, list]] = {name: {} for name in SPLITS}
     with torch.no_grad():
         for name, seed in SPLITS.items():
             for n in args.gen_length:
                 samples = [s for s in make_samples(seed, args.n, grid, vision.patch_size, enc.family)
                            if len(enc.answer_ids(s)) < n]  # fmt: skip
+                drawn[name][n] = samples
                 print(f"step zero on {len(samples)} {name} samples, N = {n}", file=sys.stderr)
                 split[name][n] = collect(model, enc, samples, n, tau_abs, args.batch, probed)
     n_layers = model.config.text.num_hidden_layers
@@ -380,7 +482,13 @@ def work(args: argparse.Namespace) -> int:
              "layers_computed": r.seer.layers_computed(n_layers), "choose": r.choose[n], **q}
             for r, q in measured]}  # fmt: skip
     verdict = "meets the bar" if ok else f"NO layer meets the bar ({bar}); best honest choice"
-    print(f"\nchosen: {chosen.seer.describe()} ({verdict})")
+    print(f"\ndetector: {chosen.seer.describe()} ({verdict})")
+    seer, accurate = judge_accuracy(model, enc, drawn, chosen.seer, args, summary)
+    chosen = dataclasses.replace(chosen, seer=seer)
+    summary["chosen"], summary["chosen_name"] = seer.to_dict(), seer.describe()
+    print(f"\nchosen: {seer.describe()} ({verdict}; "
+          + ("its cut keeps the uncut loop's accuracy)" if accurate else "NO end tail keeps the uncut loop's accuracy: "
+             "the most context of those tried)"))  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     plot(first, chosen.seer, args.out / "step_zero_profile.png")
     write_json(args.out / "calibration.json", summary)

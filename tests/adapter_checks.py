@@ -15,6 +15,9 @@ def calibrates(model: str, checkpoint: Path, out: Path) -> None:
     assert calibrate_main(argv) == 0
     report = json.loads((out / "calibration.json").read_text())
     assert report["model"] == model and report["chosen"]["probe_layer"] < 3
+    accuracy = report["accuracy"]  # the cut judged by exact match against the uncut loop, with each end tail
+    assert report["chosen"]["tail"] == accuracy["tail"] in (0.0, 0.5, 1.0)
+    assert set(accuracy["report"]["16"]) == {"uncut", "tail 0", "tail 0.5", "tail 1"}
     assert (out / "step_zero_profile.png").is_file()
 
 

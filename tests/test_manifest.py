@@ -146,7 +146,7 @@ def test_round_trip_through_json(tmp_path: Path):
     path = manifest.write(tmp_path)
     assert path.name == MANIFEST_FILE
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == "2.4"
+    assert data["schema_version"] == SCHEMA_VERSION == "2.5"
     assert data["graphs"]["denoise"]["inputs"][2] == {
         "name": "segment_ids", "dtype": "int32", "shape": ["batch", "seq"], "kind": "value"
     }  # fmt: skip

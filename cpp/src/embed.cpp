@@ -225,4 +225,14 @@ PromptEmbeds embed_prompt(Backend& backend, const Manifest& manifest, const Requ
   return out;
 }
 
+std::vector<uint8_t> embed_token(Backend& backend, const Manifest& manifest, int64_t id, std::atomic<int64_t>* clock) {
+  const int64_t d = manifest.hidden_size;
+  std::vector<uint8_t> out(d * element_size(manifest.precision));
+  GraphCall call = backend.call("embed", clock);
+  call.input("input_ids", &id, "int64", {1, 1});
+  call.output("embeds", out.data(), manifest.graph("embed").outputs.at(0).dtype, {1, 1, d});
+  call.run();
+  return out;
+}
+
 }  // namespace seer

@@ -42,4 +42,7 @@ struct PromptEmbeds {
 PromptEmbeds embed_prompt(Backend& backend, const Manifest& manifest, const Request& request,
                           std::atomic<int64_t>* clock);
 
+// [D] the embedding of one token id (Seer's end tail holds copies of it), in the graphs' precision.
+std::vector<uint8_t> embed_token(Backend& backend, const Manifest& manifest, int64_t id, std::atomic<int64_t>* clock);
+
 }  // namespace seer

@@ -20,6 +20,10 @@ namespace seer {
 struct Prompt {
   const uint8_t* embeds;  // [P, D] in the graphs' precision
   int64_t length;         // P
+  // Seer's end tail (seer_trt.runtime.layout.with_tails): `tail` copies of the row `tail_embed` [D] placed ahead of
+  // the prompt in the call's prefix, at positions P + L .. P + L + tail - 1 (after the kept window of L)
+  int64_t tail = 0;
+  const uint8_t* tail_embed = nullptr;
 };
 
 struct Layout {
@@ -31,7 +35,8 @@ struct Layout {
   int64_t width = 0;                          // L_max over the group's rows
 };
 
-// Rows one per batch entry, left-padded to prompt_len, each window padded to gen_len.
+// Rows one per batch entry, left-padded to prompt_len (which holds each row's tail and prompt), each window padded
+// to gen_len.
 Layout padded_layout(const std::vector<Prompt>& prompts, const std::vector<int64_t>& kept, int64_t prompt_len,
                      int64_t gen_len, size_t row_bytes);
 // Every row in one sequence: all prompts, then all windows; segment i + 1 is row i.

@@ -339,6 +339,11 @@ Manifest Manifest::read(const std::string& folder) {
   s.window = get_or<int64_t>(seer, "window", s.window, wseer);
   s.margin = get_or<int64_t>(seer, "margin", s.margin, wseer);
   s.label = get_or<std::string>(seer, "label", s.label, wseer);
+  s.tail = get_or<double>(seer, "tail", s.tail, wseer);  // absent before 2.5
+  s.tail_token = get_or<std::string>(seer, "tail_token", s.tail_token, wseer);
+  if (!(s.tail >= 0 && s.tail <= 1) || (s.tail_token != "eot" && s.tail_token != "endoftext"))
+    throw manifest_error(path + ": seer.tail must be a share in [0, 1] and seer.tail_token one of eot, endoftext; "
+                         "re-calibrate with seer-calibrate");
   s.detector = get_or<std::string>(seer, "detector", s.signal == "mlp_sparsity" ? "jump" : "threshold", wseer);
   if (s.signal != "mlp_sparsity" && s.signal != "probe" && s.signal != "end_token_prob")
     throw manifest_error(path + ": seer.signal '" + s.signal +

@@ -49,6 +49,10 @@ struct SeerConfig {
   int64_t window = 3, margin = 1;
   std::string detector;  // jump | threshold
   std::string label = "paper";
+  // Seer's end tail (schema 2.5; docs/DESIGN.md "Seer, exactly"): the share of the cut-away positions kept after the
+  // window as committed end tokens, and which token ("eot" | "endoftext")
+  double tail = 0;
+  std::string tail_token = "eot";
   bool full_depth() const { return signal == "end_token_prob"; }
 };
 

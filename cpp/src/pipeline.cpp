@@ -62,6 +62,7 @@ struct Pipeline::Impl {
   std::unique_ptr<Detokenizer> detokenizer;
   std::mutex cost_mutex;
   std::unique_ptr<CostModel> cost;  // measured on the first batch of several rows that needs it
+  std::vector<uint8_t> tail_embed;  // [D] the token Seer's end tail holds, embedded at open (seer.tail > 0)
 
   GenerationConfig generation(const Request& r) const;
   CacheConfig cache_for(const Request& r) const;
@@ -200,6 +201,17 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
   }
   auto t0 = Clock::now();
   const Schedule schedule = plan_schedule(key.gen, kept);
+  // Seer's end tail (SeerPipeline.tails): ceil(tail * (N - L*)) committed end tokens after each cut row's window,
+  // no more than the largest prompt bucket leaves room for
+  if (key.mode != 1 && manifest.seer.tail > 0) {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t want = static_cast<int64_t>(std::ceil(manifest.seer.tail * static_cast<double>(n - kept[i])));
+      const int64_t room = std::max<int64_t>(manifest.buckets.prompt.back() - prompts[i].length, 0);
+      prompts[i].tail = std::clamp<int64_t>(want, 0, room);
+      prompts[i].tail_embed = tail_embed.data();
+      lengths[i] += prompts[i].tail;
+    }
+  }
   const DispatchPlan plan = plan_dispatch(lengths, kept, schedule.steps, manifest.buckets, policy, options.tau_pad,
                                           options.short_rows, cost.get());
   clock.dispatch = since(t0);
@@ -307,6 +319,11 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
   check_cache(impl->cache, impl->cache_spec);
   impl->backend = std::make_unique<Backend>(folder, m, options, graphs);
   impl->detokenizer = std::make_unique<Detokenizer>(folder + "/" + m.tokenizer + "/tokenizer.json");
+  if (m.seer.tail > 0) {
+    std::atomic<int64_t> clock{0};
+    impl->tail_embed = embed_token(*impl->backend, m, m.seer.tail_token == "eot" ? m.special.eot_id
+                                                                                 : m.special.endoftext_id, &clock);
+  }
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 

@@ -109,6 +109,9 @@ def generate(
     step0_logits: torch.Tensor | None = None,
     seed: int | list[int] = 0,
     early_stop: bool = False,
+    tail: int | np.ndarray = 0,
+    tail_token: str = "eot",
+    steps_kept: np.ndarray | None = None,
 ) -> Generation:
     """Denoise an answer window of ``gen.gen_length`` positions, each row truncated to ``kept[b]`` if given.
 
@@ -124,6 +127,10 @@ def generate(
         seed: seeds the Gumbel noise and random remasking, one generator per row (an int seeds every row the
             same way), so a row draws the same noise in a batch as alone.
         early_stop: upstream's ``stopping_criteria=['<|eot_id|>']`` (see the module docstring).
+        tail: [B] (or one int) positions after each row's kept window that stay in the window, attended by every
+            step but never committed: already ``<|eot_id|>`` (``tail_token`` "eot": Seer's end tail, docs/DESIGN.md
+            "Seer, exactly"), ``<|endoftext|>`` ("endoftext") or masks ("mask", diagnosis only), capped at N.
+        steps_kept: [B] step budget of each row instead of ``ceil(steps * L* / N)`` (diagnosis only).
     """
     batch, n = prefix_embeds.shape[0], gen.gen_length
     if kept is not None and np.shape(kept) != (batch,):
@@ -132,11 +139,16 @@ def generate(
     if len(seeds) != batch:
         raise ConfigError(f"seed must be an int or one seed per row ({batch}), got {len(seeds)} seeds")
     schedule = plan_schedule(gen, kept, batch)
+    if steps_kept is not None:
+        schedule = budget_schedule(gen, schedule, np.asarray(steps_kept))
     device = prefix_embeds.device
     kept_t = torch.as_tensor(schedule.kept, device=device)
-    segment_ids, position_ids = window_layout(prefix_valid, kept_t, n)
+    seen_t = torch.clamp(kept_t + torch.as_tensor(np.broadcast_to(tail, (batch,)).copy(), device=device), max=n)
+    # a cut batch computes only its widest window: positions past every row's are padding (segment 0) anyway
+    w = n if kept is None else int(seen_t.max())
+    segment_ids, position_ids = window_layout(prefix_valid, seen_t, w)
     block_end = torch.as_tensor(schedule.block_end, device=device)  # [B, T]
-    positions = torch.arange(n, device=device)[None]  # [1, N]
+    positions = torch.arange(w, device=device)[None]  # [1, W]
     rngs = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
 
     def noise(*shape: int) -> torch.Tensor:  # [B, *shape] float64, row b from its own generator
@@ -144,8 +156,12 @@ def generate(
 
     family = getattr(getattr(model, "config", None), "family", "llada-v")  # a stand-in model has no config
     banned = suppressed_ids(family, special)  # LLaDA-V's four; LaViDa's loop suppresses none
-    x = torch.full((batch, n), special.mask_id, dtype=torch.long, device=device)  # [B, N]
-    stop = torch.full((batch,), n, device=device)  # [B] first committed <|eot_id|> (N: none yet)
+    x = torch.full((batch, w), special.mask_id, dtype=torch.long, device=device)  # [B, W]
+    if tail_token != "mask":  # the tail after the kept window holds end tokens from the start
+        fill = special.eot_id if tail_token == "eot" else special.endoftext_id  # "endoftext"
+        in_tail = (positions >= kept_t[:, None]) & (positions < seen_t[:, None])
+        x = torch.where(in_tail, torch.full_like(x, fill), x)
+    stop = torch.full((batch,), w, device=device)  # [B] first committed <|eot_id|> (W: none yet)
     rule = gen.rule
     fixed = rule[0] == "fixed"
     row_steps = torch.as_tensor(schedule.steps if fixed else schedule.kept, device=device)  # [B] step budget
@@ -158,13 +174,13 @@ def generate(
             break
         used += live.long()
         logits = (
-            step0_logits
+            step0_logits[:, :w]
             if (t == 0 and step0_logits is not None)
             else model(prefix_embeds, x, segment_ids, position_ids)
         )
         logits = suppress_special(logits.float(), masked, special, banned)  # [B, N, V]
         if gen.temperature > 0:
-            gumbel = (-torch.log(noise(*logits.shape[1:]))) ** gen.temperature
+            gumbel = (-torch.log(noise(n, logits.shape[-1])[:, :w])) ** gen.temperature  # drawn over N: same stream
             shifted = logits.double() - logits.double().amax(-1, keepdim=True)  # same argmax, no exp overflow
             x0 = torch.argmax(shifted.exp() / gumbel, dim=-1)
         else:
@@ -176,7 +192,7 @@ def generate(
             p = torch.softmax(logits.double() / (gen.temperature or 1.0), dim=-1)
             conf = dream_score(p, gen.remasking)
         else:
-            conf = noise(n).log()
+            conf = noise(n)[:, :w].log()
         if fixed:
             end = block_end[:, t]
         else:  # the block of the first position still to commit
@@ -190,5 +206,19 @@ def generate(
         commit = commit_rule(rule, conf, eligible, torch.as_tensor(k, device=device))
         x = torch.where(commit, x0, x)
         if early_stop:
-            stop = torch.where(x == special.eot_id, positions, n).amin(1)
+            stop = torch.where(x == special.eot_id, positions, w).amin(1)
+    x = torch.where(positions < kept_t[:, None], x, torch.full_like(x, special.mask_id))  # the tail is not answer
+    x = torch.nn.functional.pad(x, (0, n - w), value=special.mask_id)  # [B, N]
     return Generation(tokens=x.cpu().numpy(), kept=schedule.kept, steps=used.cpu().numpy())
+
+
+def budget_schedule(gen: GenerationConfig, schedule, steps: np.ndarray):
+    """The fixed one-block schedule of each row's kept window spread over ``steps[b]`` steps (diagnosis only)."""
+    from seer_trt.runtime.schedule import Schedule, _spread
+
+    total = int(steps.max())
+    transfer = np.zeros((len(steps), total), dtype=np.int64)
+    for b, (length, k) in enumerate(zip(schedule.kept.tolist(), steps.tolist(), strict=True)):
+        transfer[b, :k] = _spread(length, k)
+    block_end = np.broadcast_to(schedule.kept[:, None], transfer.shape).copy()
+    return Schedule(schedule.kept, steps.astype(np.int64), transfer, block_end)

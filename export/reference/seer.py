@@ -175,7 +175,8 @@ def seer_generate(
     """Seer: step zero, boundary, one-shot truncation, denoising on the kept window (``early_stop``: see
     ``seer_export.reference.sampler.generate``).
 
-    An MLP statistic or a probe at layer k: the early exit (layers 0..k), then step 0 runs on the kept window.
+    An MLP statistic or a probe at layer k: the early exit (layers 0..k), then step 0 runs on the kept window (and
+    its end tail, ``SeerConfig.tail``).
     The end-token signal: one full-depth pass, whose logits over the kept positions serve as step 0 (docs/DESIGN.md "Seer, exactly").
     Returns the generation and the step-zero profile [B, N] the boundary was read from.
     """
@@ -195,6 +196,8 @@ def seer_generate(
         step0_logits=zero.logits,
         seed=seed,
         early_stop=early_stop,
+        tail=seer.tails(kept, gen.gen_length),
+        tail_token=seer.tail_token,
     )
     return out, profile
 

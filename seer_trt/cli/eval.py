@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_samples(ap, n=200, seed=HELD_OUT_SEED)
     ap.add_argument("--gen-length", type=int, help="answer window N (default: the export's)")
     add_threads(ap)
+    ap.add_argument("--end-tail", type=float, metavar="SHARE",
+                    help="Seer's end tail instead of the export's: the share (0-1) of the cut-away positions kept as "
+                    "committed end tokens after the window, attended and never denoised (0: the paper's cut; 1: the "
+                    "whole window stays context); it also applies to the oracle's cut")  # fmt: skip
     g = ap.add_argument_group("prompt K/V cache fidelity")
     g.add_argument("--cache", help=f"prompt K/V cache policies to measure against the exact loop, comma-separated "
                    f"({', '.join(CACHE_MODES[1:])}): Seer under each instead of the modes table")  # fmt: skip
@@ -79,8 +83,9 @@ def work(args: argparse.Namespace, command: str) -> int:
         from seer_trt.eval.accuracy import decoding_table, evaluate_decoding
 
         rules = list(dict.fromkeys(["fixed"] + [canonical_decoding(r) for r in args.decoding.split(",") if r.strip()]))
-        progress(f"{args.n} prompts x {len(rules)} rules x 4 settings, after the exact fixed loop")
-        report = evaluate_decoding(args.engines, rules, args.n, args.seed, args.gen_length, progress, args.threads)
+        progress(f"{args.n} prompts x {len(rules)} rules x 6 settings (3 uncut, 3 with Seer's cut)")
+        report = evaluate_decoding(args.engines, rules, args.n, args.seed, args.gen_length, progress, args.threads,
+                                   args.end_tail)  # fmt: skip
         report["command"] = command
         print(decoding_table(report["rows"], args.n, report["gen_length"], report["detector"]))
         best = report["fastest_within_0.5_points"]
@@ -98,7 +103,7 @@ def work(args: argparse.Namespace, command: str) -> int:
             write_json(args.json, report)
         return 0
     progress(f"{args.n} prompts x {len(MODES)} modes ({', '.join(MODES)})")
-    report = evaluate(args.engines, args.n, args.seed, args.gen_length, progress=progress)
+    report = evaluate(args.engines, args.n, args.seed, args.gen_length, progress=progress, tail=args.end_tail)
     report["command"] = command
     print(table(report["modes"], args.n, report["gen_length"], report["detector"]))
     if args.json:

@@ -14,17 +14,21 @@ import numbers
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 from seer_trt.contracts.errors import ConfigError
 
 Signal = Literal["mlp_sparsity", "probe", "end_token_prob"]
 Statistic = Literal["abs_below", "gate_negative"]
 Direction = Literal["up", "down"]
 Detector = Literal["jump", "threshold"]
+TailToken = Literal["eot", "endoftext"]
 
 SIGNALS = ("mlp_sparsity", "probe", "end_token_prob")
 STATISTICS = ("abs_below", "gate_negative")
 DIRECTIONS = ("up", "down")
 DETECTORS = ("jump", "threshold")
+TAIL_TOKENS = ("eot", "endoftext")
 DECODINGS = ("fixed", "threshold", "factor")  # commit rules of the loop (docs/DESIGN.md "Decoding strategies")
 # what a new export defaults to (measured: docs/results.md "Decoding strategies"); a manifest without one ran "fixed"
 DEFAULT_DECODING = "factor:1"
@@ -239,6 +243,11 @@ class SeerConfig:
     probe_weights: tuple[float, ...] = ()  # probe: one weight per hidden unit, on the RMS-normalised residual
     probe_bias: float = 0.0  # probe: added to the dot product before the sigmoid
     label: str = "paper"  # how tables name this setting ("paper" only for the paper-exact rule)
+    # the end tail (docs/DESIGN.md "Seer, exactly"): the share of the cut-away positions N - L* that stay in the
+    # window as already-committed end tokens, attended by every step and never denoised (0: none, the paper's cut;
+    # 1: the whole window stays context, what the uncut loop shows once its padding is committed)
+    tail: float = 0.0
+    tail_token: TailToken = "eot"  # what the tail holds: "eot" (<|eot_id|>) or "endoftext" (loops that pad with it)
 
     def __post_init__(self) -> None:
         if self.signal not in SIGNALS:
@@ -261,6 +270,11 @@ class SeerConfig:
             raise ConfigError(f"seer.tau_jump must be > 0 and seer.gamma >= 0, got {self.tau_jump}, {self.gamma}")
         if not 0.0 < self.threshold < 1.0:
             raise ConfigError(f"seer.threshold must be in (0, 1), got {self.threshold}")
+        if isinstance(self.tail, bool) or not isinstance(self.tail, numbers.Real) or not 0.0 <= self.tail <= 1.0:
+            raise ConfigError(f"seer.tail must be a share in [0, 1] of the cut-away positions, got {self.tail!r}")
+        object.__setattr__(self, "tail", float(self.tail))
+        if self.tail_token not in TAIL_TOKENS:
+            raise ConfigError(f"seer.tail_token must be one of {TAIL_TOKENS}, got {self.tail_token!r}")
         try:
             weights = tuple(float(w) for w in self.probe_weights)
             object.__setattr__(self, "probe_bias", float(self.probe_bias))
@@ -301,7 +315,17 @@ class SeerConfig:
         stat = ""
         if self.signal == "mlp_sparsity":
             stat = f"|h| < {self.tau_abs:g}, " if self.statistic == "abs_below" else "gate < 0, "
-        return f"{self.name} ({stat}{rule}, margin {self.margin})"
+        tail = f", end tail {self.tail:g}" if self.tail else ""
+        return f"{self.name} ({stat}{rule}, margin {self.margin}{tail})"
+
+    def tails(self, kept: np.ndarray, gen_length: int) -> np.ndarray:
+        """[B] int64 end-tail positions of rows kept to ``kept`` of ``gen_length``: ceil(tail * (N - L*))."""
+        cut = gen_length - np.asarray(kept, dtype=np.int64)
+        return np.ceil(self.tail * cut).astype(np.int64) if self.tail else np.zeros_like(cut)
+
+    def tail_id(self, special: SpecialTokens) -> int:
+        """The token id the end tail holds."""
+        return special.eot_id if self.tail_token == "eot" else special.endoftext_id
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -26,6 +26,8 @@ come from the ``image_tokens`` graph, ahead of the question); absent from older 
 2.4: the model records its ``logit_shift`` (1: Dream's, position i predicted from hidden state i - 1; a cached step
 then computes each row's last prompt position), the vision encoder may be "none" (text only), and the generation
 defaults may name Dream's ``schedule`` and its ``topk_margin`` / ``entropy`` remasking; absent: 0, "even".
+2.5: the Seer calibration records its end tail (``tail``: the share of the cut-away positions kept after the window as
+committed end tokens; ``tail_token``: "eot" or "endoftext"); absent: 0 (the paper's cut), "eot".
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from seer_trt.contracts.errors import ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec, TensorSpec
 from seer_trt.contracts.profiles import LengthBuckets, Profile
 
-SCHEMA_VERSION = "2.4"
+SCHEMA_VERSION = "2.5"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
 WEIGHTS_INDEX = "weights.json"  # name -> where in the shared weights file, one line per tensor

@@ -38,6 +38,7 @@ import numpy as np
 from seer_trt.contracts.errors import ConfigError, SeerError
 from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_POLICY, CacheConfig
 from seer_trt.eval import cache_fidelity
+from seer_trt.eval.paired import paired
 from seer_trt.eval.report import git_sha, save_figure
 from seer_trt.eval.tasks import HELD_OUT_SEED, Sample, held_out, vocabulary
 from seer_trt.runtime.pipeline import SeerPipeline
@@ -86,11 +87,14 @@ def mode_request(pipe: SeerPipeline, sample: Sample, mode: str, gen_length: int 
 
 # the settings each decoding rule is measured under: Request fields beside the rule
 DECODING_SETTINGS = {
+    "padded": {"seer": False, "early_stop": False, "cache": "none"},
     "early_stop": {"seer": False, "early_stop": True, "cache": "none"},
+    "early_stop_reuse": {"seer": False, "early_stop": True, "cache": "reuse"},
     "seer": {"seer": True, "early_stop": False, "cache": "none"},
     "seer_early_stop": {"seer": True, "early_stop": True, "cache": "none"},
     "seer_early_stop_reuse": {"seer": True, "early_stop": True, "cache": "reuse"},
 }
+UNCUT = {"seer": "padded", "seer_early_stop": "early_stop", "seer_early_stop_reuse": "early_stop_reuse"}  # pairs
 EXACT_LOOP = ("fixed", "padded")  # the reference every setting is compared with: no Seer, no stop, no cache
 
 
@@ -99,12 +103,10 @@ def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | N
     """(rule, setting) -> (results, wall seconds): the exact fixed loop, then every rule under every setting."""
     import time
 
-    runs = [EXACT_LOOP] + [(rule, setting) for rule in rules for setting in DECODING_SETTINGS]
+    runs = [EXACT_LOOP] + [(r, s) for r in rules for s in DECODING_SETTINGS if (r, s) != EXACT_LOOP]
     out = {}
     for rule, setting in runs:
-        fields = (
-            {"seer": False, "early_stop": False, "cache": "none"} if setting == "padded" else DECODING_SETTINGS[setting]
-        )
+        fields = DECODING_SETTINGS[setting]
         if rule != "fixed":  # a rule that commits by probability ranks by it (Dream's default score is none)
             fields = {**fields, "remasking": "low_confidence"}
         results: list[Result] = []
@@ -125,12 +127,19 @@ def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | N
 
 def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
                      runs: dict[tuple[str, str], tuple[list[Result], float]]) -> list[dict[str, Any]]:  # fmt: skip
-    """One row per (rule, setting): exact match, = the exact fixed loop, forward passes per answer, seconds."""
+    """One row per (rule, setting): exact match, = the exact fixed loop, forward passes per answer, seconds; a Seer
+    setting also its cut's cost, paired with the same rule and setting uncut (``UNCUT``) on the same prompts."""
     truth = [truth_ids(pipe, s) for s in samples]
     exact = [list(r.token_ids) for r in runs[EXACT_LOOP][0]]
+    hits = {key: [list(r.token_ids) == t for r, t in zip(results, truth, strict=True)]
+            for key, (results, _) in runs.items()}  # fmt: skip
     rows = []
     for (rule, setting), (results, seconds) in runs.items():
         answers = [list(r.token_ids) for r in results]
+        uncut = (rule, UNCUT[setting]) if setting in UNCUT else None
+        cut_cost = (
+            {"uncut": UNCUT[setting], **paired(hits[uncut], hits[(rule, setting)]).to_dict()} if uncut in hits else None
+        )
         rows.append({
             "decoding": rule,
             "setting": setting,
@@ -141,20 +150,25 @@ def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
             "mean_kept": float(np.mean([r.kept for r in results])),
             "seconds": seconds,
             "answers_per_s": len(results) / seconds,
+            "against_uncut": cut_cost,
         })  # fmt: skip
     return rows
 
 
 def decoding_table(rows: list[dict[str, Any]], n: int, gen_length: int, detector: str) -> str:
     lines = [
-        f"{n} held-out prompts, gen_length {gen_length}; seer = {detector}; exact loop = fixed, padded, cache none",
-        "| decoding | setting | exact match | = exact loop | forward passes / answer | answers/s (eval batches) |",
-        "|---|---|---|---|---|---|",
+        f"{n} held-out prompts, gen_length {gen_length}; seer = {detector}; exact loop = fixed, padded, cache none; "
+        "the cut's cost: against the same rule and setting uncut, answers lost / gained and McNemar's exact p",
+        "| decoding | setting | exact match | = exact loop | uncut exact | lost / gained | McNemar p "
+        "| forward passes / answer | answers/s (eval batches) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         passes = f"{r['forward_passes']:.2f}" + (" + step zero" if r["step_zero"] else "")
+        c = r.get("against_uncut")
+        cost = f"{100 * c['exact_a']:.1f} % | {c['only_a']} / {c['only_b']} | {c['p']:.3g}" if c else "- | - | -"
         lines.append(f"| {r['decoding']} | {r['setting']} | {100 * r['exact_match']:.1f} % | "
-                     f"{100 * r['match_exact_loop']:.1f} % | {passes} | {r['answers_per_s']:.1f} |")  # fmt: skip
+                     f"{100 * r['match_exact_loop']:.1f} % | {cost} | {passes} | {r['answers_per_s']:.1f} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -168,9 +182,10 @@ def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str,
 
 def evaluate_decoding(engines: str | Path, rules: list[str], n: int = 200, seed: int = HELD_OUT_SEED,
                       gen_length: int | None = None, progress: Callable[[str], None] | None = None,
-                      threads: int = 0) -> dict[str, Any]:  # fmt: skip
-    """Every decoding rule of ``rules`` under every setting on ``n`` held-out prompts, beside the exact loop."""
-    pipe = SeerPipeline.from_manifest(engines, threads=threads, calibrate=True)  # cost model timed before the settings
+                      threads: int = 0, tail: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every decoding rule of ``rules`` under every setting on ``n`` held-out prompts, beside the exact loop
+    (``tail``: Seer's end tail instead of the export's)."""
+    pipe = open_for_eval(engines, tail, threads=threads, calibrate=True)  # cost model timed before the settings
     samples = fixture_samples(pipe, n, seed)
     rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress))
     best = fastest_within(rows)
@@ -178,6 +193,14 @@ def evaluate_decoding(engines: str | Path, rules: list[str], n: int = 200, seed:
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
             "threads": threads, "git": git_sha(),
             "rows": rows, "fastest_within_0.5_points": {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
+
+
+def open_for_eval(engines: str | Path, tail: float | None, **options: Any) -> SeerPipeline:
+    """The export's pipeline, with Seer's end tail set to ``tail`` (None: the export's calibration)."""
+    pipe = SeerPipeline.from_manifest(engines, **options)
+    if tail is None:
+        return pipe
+    return SeerPipeline.from_manifest(engines, seer=pipe.seer.replace(tail=tail), **options)
 
 
 def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, modes=MODES,
@@ -203,6 +226,7 @@ def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[R
     truth = [truth_ids(pipe, s) for s in samples]
     true_len = np.array([len(t) + 1 for t in truth])  # answer + <|eot_id|>
     base = [list(r.token_ids) for r in results["padded"]] if "padded" in results else None
+    base_hits = [a == t for a, t in zip(base, truth, strict=True)] if base is not None else None
     out: dict[str, Any] = {}
     for mode, rs in results.items():
         answers = [list(r.token_ids) for r in rs]
@@ -216,6 +240,8 @@ def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[R
         }
         if base is not None:
             row["match_padded"] = float(np.mean([a == b for a, b in zip(answers, base, strict=True)]))
+        if base_hits is not None and mode in ("seer", "oracle"):
+            row["against_padded"] = paired(base_hits, hits).to_dict()
         if mode == "seer":
             diff = kept - true_len
             row["premature_cut_rate"] = float(np.mean(diff < 0))
@@ -240,14 +266,17 @@ def table(m: dict[str, Any], n: int, gen_length: int, detector: str = "") -> str
     """``detector``: what "seer" cut with (``SeerConfig.describe``), printed under the title."""
     lines = [
         f"{n} held-out fixture prompts, gen_length {gen_length}" + (f"; seer = {detector}" if detector else ""),
-        "| mode | exact match | = padded | premature cuts | kept / true | mean kept | mean steps |",
-        "|---|---|---|---|---|---|---|",
+        "| mode | exact match | = padded | lost / gained vs padded | McNemar p | premature cuts | kept / true "
+        "| mean kept | mean steps |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for mode, row in m.items():
         pre = f"{100 * row['premature_cut_rate']:.1f} %" if "premature_cut_rate" in row else "-"
         ratio = f"{row['mean_kept_over_true']:.2f}x" if "mean_kept_over_true" in row else "-"
         same = f"{100 * row['match_padded']:.1f} %" if "match_padded" in row else "-"
-        lines.append(f"| {mode} | {100 * row['exact_match']:.1f} % | {same} | {pre} | {ratio} | "
+        c = row.get("against_padded")
+        cost = f"{c['only_a']} / {c['only_b']} | {c['p']:.3g}" if c else "- | -"
+        lines.append(f"| {mode} | {100 * row['exact_match']:.1f} % | {same} | {cost} | {pre} | {ratio} | "
                      f"{row['mean_kept']:.1f} | {row['mean_steps']:.1f} |")  # fmt: skip
     modes = list(m)
     lines += ["", "exact answers per task", "| task | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
@@ -285,9 +314,11 @@ def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> 
 
 
 def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
-             policy: str = DEFAULT_POLICY, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run every mode on ``n`` held-out prompts and return the figures (what ``--json`` writes)."""
-    pipe = SeerPipeline.from_manifest(engines, policy=policy)
+             policy: str = DEFAULT_POLICY, progress: Callable[[str], None] | None = None,
+             tail: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run every mode on ``n`` held-out prompts and return the figures (what ``--json`` writes); ``tail``: Seer's
+    end tail instead of the export's (it cuts the oracle's window too)."""
+    pipe = open_for_eval(engines, tail, policy=policy)
     samples = fixture_samples(pipe, n, seed)
     gen = gen_length or pipe.manifest.generation.gen_length
     results = run_modes(pipe, samples, gen_length, progress=progress)

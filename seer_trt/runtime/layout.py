@@ -91,23 +91,56 @@ def _live(kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows, np.arange(int(kept.sum())) - np.repeat(starts, kept)
 
 
-def padded_layout(prompts: list[np.ndarray], kept: np.ndarray, prompt_len: int, gen_len: int) -> Layout:
-    """Rows one per batch entry, left-padded to ``prompt_len`` and padded after each window to ``gen_len``."""
+def with_tails(
+    prompts: list[np.ndarray], kept: np.ndarray, tails: np.ndarray | None, tail_embed: np.ndarray | None
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """Each row's prefix with its end tail in front: (prefixes [t_i + P_i, D], their position ids, prompt lengths).
+
+    Seer's end tail (docs/DESIGN.md "Seer, exactly", "The end tail"): t_i end tokens that stand after row i's kept
+    window, already committed, attended and never denoised. They sit in the prompt part of the call, ahead of the
+    prompt (so a row's last prefix position is still its last prompt token: Dream's shift reads it), where the prompt
+    K/V cache holds them like the prompt; their position ids P_i + L_i .. P_i + L_i + t_i - 1 put them after the
+    window.
+    """
+    lengths = np.array([p.shape[0] for p in prompts], dtype=np.int64)
+    if tails is None or not np.any(tails):
+        return list(prompts), [np.arange(n) for n in lengths], lengths
+    tails = np.asarray(tails, dtype=np.int64)
+    prefixes = [np.concatenate([np.broadcast_to(tail_embed, (t, p.shape[1])).astype(p.dtype), p])
+                for p, t in zip(prompts, tails.tolist(), strict=True)]  # fmt: skip
+    positions = [np.concatenate([n + k + np.arange(t), np.arange(n)])
+                 for n, k, t in zip(lengths.tolist(), np.asarray(kept).tolist(), tails.tolist(), strict=True)]  # fmt: skip
+    return prefixes, positions, lengths
+
+
+def padded_layout(prompts: list[np.ndarray], kept: np.ndarray, prompt_len: int, gen_len: int,
+                  tails: np.ndarray | None = None, tail_embed: np.ndarray | None = None) -> Layout:  # fmt: skip
+    """Rows one per batch entry, left-padded to ``prompt_len`` and padded after each window to ``gen_len``;
+    ``tails``: each row's end tail (``with_tails``), inside ``prompt_len``."""
     kept = np.asarray(kept, dtype=np.int64)
-    prefix, valid = left_pad(prompts, prompt_len)
+    prefixes, prefix_pos, lengths = with_tails(prompts, kept, tails, tail_embed)
+    prefix, valid = left_pad(prefixes, prompt_len)
     segment_ids, position_ids = window_layout(valid, kept, gen_len)
+    if tails is not None and np.any(tails):
+        position_ids = position_ids.copy()
+        for b, pos in enumerate(prefix_pos):  # once per group, not per step
+            position_ids[b, prompt_len - len(pos) : prompt_len] = pos
+        answer = lengths[:, None] + np.arange(gen_len)[None]  # [b, g] P_i + j
+        position_ids[:, prompt_len:] = np.where(segment_ids[:, prompt_len:] > 0, answer, 0)
     live = _live(kept)
     return _frozen(Layout(prefix, segment_ids, position_ids, (len(prompts), gen_len), live, live))
 
 
-def packed_layout(prompts: list[np.ndarray], kept: np.ndarray) -> Layout:
-    """Every row in one sequence: all prompts, then all answer windows; segment i + 1 is row i."""
+def packed_layout(prompts: list[np.ndarray], kept: np.ndarray, tails: np.ndarray | None = None,
+                  tail_embed: np.ndarray | None = None) -> Layout:  # fmt: skip
+    """Every row in one sequence: all prefixes (end tail, prompt), then all answer windows; segment i + 1 is row i."""
     kept = np.asarray(kept, dtype=np.int64)
-    lengths = np.array([p.shape[0] for p in prompts])
-    prefix = np.concatenate(prompts)[None]  # [1, sum P_i, D]
-    seg_prompt = np.repeat(np.arange(1, len(prompts) + 1), lengths)
+    prefixes, prefix_pos, lengths = with_tails(prompts, kept, tails, tail_embed)
+    sizes = np.array([p.shape[0] for p in prefixes])
+    prefix = np.concatenate(prefixes)[None]  # [1, sum (t_i + P_i), D]
+    seg_prompt = np.repeat(np.arange(1, len(prompts) + 1), sizes)
     seg_answer = np.repeat(np.arange(1, len(prompts) + 1), kept)
-    pos_prompt = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    pos_prompt = np.concatenate(prefix_pos)
     rows, positions = _live(kept)
     pos_answer = lengths[rows] + positions
     segment_ids = np.concatenate([seg_prompt, seg_answer]).astype(np.int32)[None]

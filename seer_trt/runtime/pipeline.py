@@ -128,6 +128,7 @@ class SeerPipeline:
         self.short = short
         self.cost = cost
         self._cost_lock = threading.Lock()
+        self._tail_embed: np.ndarray | None = None
 
     @classmethod
     def from_manifest(cls, folder: str | Path, backend: str = "onnxruntime", provider: str = "cpu",
@@ -352,8 +353,10 @@ class SeerPipeline:
                 step0 = (zero.x0, zero.confidence)
         t0 = time.perf_counter()
         schedule = plan_schedule(gen, kept)
-        dispatch = plan_dispatch([len(e) for e in embeds], kept, schedule.steps, self.buckets, policy,
-                                 self.tau_pad, self.short, self.cost, self.backend.max_shape("denoise"))  # fmt: skip
+        tails = self.tails(group.mode, kept, n, [len(e) for e in embeds])
+        dispatch = plan_dispatch([len(e) + t for e, t in zip(embeds, tails.tolist(), strict=True)], kept,
+                                 schedule.steps, self.buckets, policy, self.tau_pad, self.short, self.cost,
+                                 self.backend.max_shape("denoise"))  # fmt: skip
         clock["dispatch"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         tokens = np.full((rows_n, n), special.mask_id, dtype=np.int64)
@@ -364,8 +367,9 @@ class SeerPipeline:
             rows = np.array(part.rows)
             members = [embeds[r] for r in rows]
             t1 = time.perf_counter()
-            layout = (packed_layout(members, kept[rows]) if part.path == "packed"
-                      else padded_layout(members, kept[rows], part.prompt_len, part.gen_len))  # fmt: skip
+            tail = (tails[rows], self.tail_embed() if tails[rows].any() else None)
+            layout = (packed_layout(members, kept[rows], *tail) if part.path == "packed"
+                      else padded_layout(members, kept[rows], part.prompt_len, part.gen_len, *tail))  # fmt: skip
             clock["packing"] += time.perf_counter() - t1
             decoder = self.decoder(gen, group.seeds[rows])
             part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
@@ -383,6 +387,20 @@ class SeerPipeline:
         results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock), refreshes=int(r))
                    for (a, text), row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
         return results, dispatch, errors
+
+    def tails(self, mode: Mode, kept: np.ndarray, gen_length: int, prompt_lengths: list[int]) -> np.ndarray:
+        """[R] end-tail positions of a group's rows (docs/DESIGN.md "Seer, exactly"): ``seer.tail`` of each cut row's
+        cut-away positions, none for the padded loop, and no more than the largest prompt bucket leaves room for."""
+        if mode == "full" or not self.seer.tail:
+            return np.zeros(len(kept), dtype=np.int64)
+        room = self.buckets.prompt[-1] - np.asarray(prompt_lengths, dtype=np.int64)
+        return np.clip(self.seer.tails(kept, gen_length), 0, np.maximum(room, 0))
+
+    def tail_embed(self) -> np.ndarray:
+        """[D] the embedding of the token the end tail holds (``seer.tail_token``), embedded once."""
+        if self._tail_embed is None:
+            self._tail_embed = self.embedder.embed([self.seer.tail_id(self.manifest.special_tokens)]).embeds[0]
+        return self._tail_embed
 
     def in_graph_score(self, gen: GenerationConfig) -> str | None:
         """The ``denoise`` output a greedy request ranked by one of Dream's scores reads (an export of a family whose

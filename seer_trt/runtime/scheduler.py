@@ -95,6 +95,7 @@ class Row:
     stop: int = 0  # first committed stop_id (kept: none)
     sent: int = 0  # answer ids passed to on_prefix so far
     prepare_s: float = 0.0
+    tail: int = 0  # Seer's end tail: committed end tokens after the window (SeerPipeline.tails)
     serial: int = dataclasses.field(default_factory=lambda: next(_SERIALS))  # unique for the process's life
 
     def open_positions(self, mask_id: int) -> np.ndarray:
@@ -271,13 +272,14 @@ class StepScheduler:
                 step0 = (zero.x0, zero.confidence)
         else:
             kept = np.array([t.request.window or n for t, *_ in members], dtype=np.int64)
+        tails = self.pipe.tails("seer", kept, n, [len(e) for e in embeds])  # none where nothing was cut
         for i, (ticket, _, prompt, prep) in enumerate(members):
             k = int(kept[i])
             row0 = None if step0 is None else (step0[0][i, :k].astype(np.int64), step0[1][i, :k])
             self.rows.append(Row(ticket, gen, prompt.embeds, k, plan_schedule(gen, np.array([k])),
                                  np.full(k, special.mask_id, dtype=np.int64), row0,
                                  special.eot_id if ticket.request.early_stop else None, stop=k,
-                                 prepare_s=prep))  # fmt: skip
+                                 prepare_s=prep, tail=int(tails[i])))  # fmt: skip
 
     def _alone(self, ticket: Ticket) -> None:
         """A request the step loop does not run (sampling, a prompt cache): the pipeline answers it alone."""
@@ -294,8 +296,8 @@ class StepScheduler:
         pipe = self.pipe
         kept = np.array([r.kept for r in rows], dtype=np.int64)
         left = np.array([r.cap - r.t for r in rows], dtype=np.int64)
-        plan = plan_dispatch([len(r.embeds) for r in rows], kept, left, pipe.buckets, self.policy, pipe.tau_pad,
-                             pipe.short, pipe.cost, pipe.backend.max_shape("denoise"))  # fmt: skip
+        plan = plan_dispatch([len(r.embeds) + r.tail for r in rows], kept, left, pipe.buckets, self.policy,
+                             pipe.tau_pad, pipe.short, pipe.cost, pipe.backend.max_shape("denoise"))  # fmt: skip
         out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         layouts = {}
         for group in plan.groups:
@@ -304,8 +306,11 @@ class StepScheduler:
             key = (tuple(r.serial for r in members), group.path, group.prompt_len, group.gen_len)
             layout = self._layouts.get(key)
             if layout is None:  # a new membership; the same rows in the same shape reuse the last step's
-                layout = (packed_layout([r.embeds for r in members], k) if group.path == "packed"
-                          else padded_layout([r.embeds for r in members], k, group.prompt_len, group.gen_len))  # fmt: skip
+                tails = np.array([r.tail for r in members], dtype=np.int64)
+                tail = (tails, pipe.tail_embed() if tails.any() else None)
+                embeds = [r.embeds for r in members]
+                layout = (packed_layout(embeds, k, *tail) if group.path == "packed"
+                          else padded_layout(embeds, k, group.prompt_len, group.gen_len, *tail))  # fmt: skip
             layouts[key] = layout
             width = int(k.max())
             x = np.full((len(members), width), mask_id, dtype=np.int64)
