@@ -259,9 +259,9 @@ def cut_accuracy(
     return out
 
 
-def choose_tail(results: dict[int, dict[str, dict]], tails: list[float], max_loss: float) -> tuple[float, bool]:
-    """The smallest tail whose cut loses at most ``max_loss`` points with McNemar's p > 0.1 on every N, and True;
-    else the largest tail and False."""
+def choose_tail(results: dict, tails: list[float], max_loss: float) -> tuple[float, bool]:
+    """The smallest tail whose cut loses at most ``max_loss`` points with McNemar's p > 0.1 in every one of
+    ``results`` (each a ``cut_accuracy``: one rule at one N), and True; else the largest tail and False."""
     for t in sorted(tails):
         rows = [r[f"tail {t:g}"] for r in results.values()]
         if all(row["points"] >= -max_loss and row["p"] > 0.1 for row in rows):
@@ -378,15 +378,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch", type=int, default=50, help="prompts per step-zero forward")
     ap.add_argument("--max-layer", type=int, help="probe layers 0..K only (default: every layer); an 8B model's "
                     "residual stream at every layer, position and prompt does not fit in memory")  # fmt: skip
-    ap.add_argument("--accuracy-rule", default="factor:1",
-                    help="decoding rule the cut's accuracy is judged under, with LLaDA-V's early stop unless fixed "
-                    "(default factor:1, the default request's)")  # fmt: skip
+    ap.add_argument("--accuracy-rule", nargs="+", default=["factor:1"],
+                    help="decoding rules the cut's accuracy is judged under, each with LLaDA-V's early stop unless "
+                    "fixed (the exact loop); the tail must hold under all (default factor:1, the default request's)")  # fmt: skip
     ap.add_argument("--tails", type=float, nargs="+", default=[0.0, 0.5, 1.0],
                     help="end tails to judge: shares of the cut-away positions kept as committed end tokens "
                     "(default 0 0.5 1)")  # fmt: skip
     ap.add_argument("--max-loss", type=float, default=1.0,
                     help="exact-match points the cut may lose against the uncut loop (default 1), with McNemar's "
                     "p > 0.1")  # fmt: skip
+    ap.add_argument("--tail-only", action="store_true",
+                    help="keep the model's detector (its config.json calibration) and judge and choose only its end "
+                    "tail; the report is tail.json")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("runs/calibrate"), help="folder for the report and PNG")
     ap.add_argument("--write", action="store_true", help="write the chosen calibration into the model's config.json")
     add_verbose(ap)
@@ -407,20 +410,23 @@ def judge_accuracy(
 
     # the tail holds what the uncut loop commits past the answer: <|eot_id|> where <|endoftext|> is banned at masks
     seer = seer.replace(tail_token="eot" if MODEL_FAMILIES[model.config.family].suppress_special else "endoftext")
-    judged: dict[str, dict[int, dict]] = {}
+    judged: dict[str, dict[str, dict[int, dict]]] = {}  # split -> rule -> N -> figures
     with torch.no_grad():
         for name in ("choose", "report"):
-            judged[name] = {}
-            for n, samples in drawn[name].items():
-                print(f"decoding {len(samples)} {name} samples uncut and cut, N = {n}", file=sys.stderr)
-                judged[name][n] = cut_accuracy(model, enc, samples, n, seer, args.tails, args.accuracy_rule,
-                                               args.batch)  # fmt: skip
+            judged[name] = {rule: {} for rule in args.accuracy_rule}
+            for rule, n in itertools.product(args.accuracy_rule, drawn[name]):
+                samples = drawn[name][n]
+                print(f"decoding {len(samples)} {name} samples uncut and cut, {rule}, N = {n}", file=sys.stderr)
+                judged[name][rule][n] = cut_accuracy(model, enc, samples, n, seer, args.tails, rule, args.batch)
             if name == "choose":
-                tail, accurate = choose_tail(judged["choose"], args.tails, args.max_loss)
-            print(accuracy_table(judged[name], args.accuracy_rule, name))
-    summary["accuracy"] = {"rule": args.accuracy_rule, "max_loss_points": args.max_loss, "tail": tail,
+                every = {(rule, n): r for rule, by_n in judged[name].items() for n, r in by_n.items()}
+                tail, accurate = choose_tail(every, args.tails, args.max_loss)
+            for rule, by_n in judged[name].items():
+                print(accuracy_table(by_n, rule, name))
+    summary["accuracy"] = {"rules": args.accuracy_rule, "max_loss_points": args.max_loss, "tail": tail,
                            "meets_accuracy_bar": accurate,
-                           **{name: {str(n): r for n, r in v.items()} for name, v in judged.items()}}  # fmt: skip
+                           **{name: {rule: {str(n): r for n, r in by_n.items()} for rule, by_n in v.items()}
+                              for name, v in judged.items()}}  # fmt: skip
     return seer.replace(tail=tail), accurate
 
 
@@ -441,6 +447,8 @@ def work(args: argparse.Namespace) -> int:
     enc = TaskEncoder(folder, model.config)
     vision = model.config.vision
     grid = vision.image_size // vision.patch_size
+    if args.tail_only:
+        return judge_tail_only(model, enc, folder, grid, vision.patch_size, args)
     tau_abs = SeerConfig().tau_abs
     depth = model.config.text.num_hidden_layers
     considered = range(depth if args.max_layer is None else min(depth, args.max_layer + 1))
@@ -494,11 +502,36 @@ def work(args: argparse.Namespace) -> int:
     write_json(args.out / "calibration.json", summary)
     print(f"wrote {args.out / 'calibration.json'} and {args.out / 'step_zero_profile.png'}")
     if args.write:
-        config_path = folder / "config.json"
-        data = json.loads(config_path.read_text())
-        data["seer"] = chosen.seer.to_dict()
-        write_json(config_path, data)
-        print(f"wrote the chosen calibration into {config_path}")
+        write_seer(folder, chosen.seer)
+    return 0
+
+
+def write_seer(folder: Path, seer: SeerConfig) -> None:
+    config_path = folder / "config.json"
+    data = json.loads(config_path.read_text())
+    data["seer"] = seer.to_dict()
+    write_json(config_path, data)
+    print(f"wrote the chosen calibration into {config_path}")
+
+
+def judge_tail_only(model, enc, folder: Path, grid: int, cell_px: int, args: argparse.Namespace) -> int:
+    """``--tail-only``: the model's own detector kept; only its end tail judged and chosen (``judge_accuracy``)."""
+    from seer_trt.eval.tasks import make_samples
+
+    drawn = {name: {n: [s for s in make_samples(SPLITS[name], args.n, grid, cell_px, enc.family)
+                        if len(enc.answer_ids(s)) < n] for n in args.gen_length} for name in ("choose", "report")}  # fmt: skip
+    summary = {"model": args.model, "task_family": enc.family, "detector": model.config.seer.describe()}
+    seer, accurate = judge_accuracy(model, enc, drawn, model.config.seer, args, summary)
+    summary["chosen"], summary["chosen_name"] = seer.to_dict(), seer.describe()
+    print(
+        f"\nchosen: {seer.describe()} ("
+        + ("its cut keeps the uncut loop's accuracy)" if accurate else "NO end tail keeps the uncut loop's accuracy)")
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "tail.json", summary)
+    print(f"wrote {args.out / 'tail.json'}")
+    if args.write:
+        write_seer(folder, seer)
     return 0
 
 

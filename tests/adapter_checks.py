@@ -17,7 +17,7 @@ def calibrates(model: str, checkpoint: Path, out: Path) -> None:
     assert report["model"] == model and report["chosen"]["probe_layer"] < 3
     accuracy = report["accuracy"]  # the cut judged by exact match against the uncut loop, with each end tail
     assert report["chosen"]["tail"] == accuracy["tail"] in (0.0, 0.5, 1.0)
-    assert set(accuracy["report"]["16"]) == {"uncut", "tail 0", "tail 0.5", "tail 1"}
+    assert set(accuracy["report"]["factor:1"]["16"]) == {"uncut", "tail 0", "tail 0.5", "tail 1"}
     assert (out / "step_zero_profile.png").is_file()
 
 
@@ -71,7 +71,7 @@ def runtime_equals_reference(pipe, manifest, model, enc, samples: list, gen, mod
     with torch.no_grad():
         prefix, valid = enc.prefix(model, samples)
         if mode == "seer":
-            ref = seer_generate(model, prefix, valid, gen, enc.special, manifest.seer)[0]
+            ref = seer_generate(model, prefix, valid, gen, enc.special, pipe.seer)[0]  # the pipeline's detector
         else:
             ref = generate(model, prefix, valid, gen, enc.special, early_stop=mode == "early_stop")
     fields = {"gen_length": gen.gen_length, "steps": gen.steps, "block_length": gen.block_length,

@@ -916,9 +916,11 @@ def test_dream_schedule_shift_scores_and_cache_equal_python(lib, dream_export):
     prompts = ["count to 5 .", "repeat cat 3 times .", "count from 3 to 9 .", "repeat dog sun 2 times ."]
     conv = CppRequests(dream_export)
     cpp_requests = [conv.convert({"prompt": p}, None) for p in prompts]
-    py = SeerPipeline.from_manifest(dream_export)
+    tailed = calibrated_copy(dream_export, dream_export.parent / "tailed", SeerConfig.from_dict(
+        {**json.loads((dream_export / "manifest.json").read_text())["seer"], "tail": 0.5, "tail_token": "endoftext"}))
+    py = SeerPipeline.from_manifest(tailed)  # Seer's end tail ahead of the prompt, the cache holding it, shifted
     assert py.manifest.generation.schedule == "dream" and py.manifest.model.logit_shift == 1
-    with CppPipeline(lib, dream_export, ort_library=ort_library()) as cpp:
+    with CppPipeline(lib, tailed, ort_library=ort_library()) as cpp:
         for cache in ("none", "reuse", "forecast"):
             for seer in (False, True):
                 fields = {"remasking": "low_confidence", "gen_length": 16, "cache": cache, "refresh_interval": 3,

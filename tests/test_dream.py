@@ -268,7 +268,7 @@ def test_export_passes_parity_and_records_the_shift(export):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["dream_loop", "early_stop", "seer"])
+@pytest.mark.parametrize("mode", ["dream_loop", "early_stop", "seer", "seer_end_tail"])
 def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
     from seer_export.reference.fixture import TaskEncoder
     from seer_trt.runtime.pipeline import SeerPipeline
@@ -276,7 +276,9 @@ def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
 
     out, manifest = export
     model = load_model(checkpoint)
-    pipe = SeerPipeline.from_manifest(out)
+    tail = manifest.seer.replace(tail=1.0, tail_token="endoftext")  # Dream's loop pads with <|endoftext|>
+    pipe = SeerPipeline.from_manifest(out, seer=tail if mode == "seer_end_tail" else None)
+    mode = "seer" if mode == "seer_end_tail" else mode
     gen = pipe.settings(gen_length=16)
     assert gen == FAMILIES["dream"].own_loop(16)
     refused = pipe.generate([Request("count to 3 .", np.zeros((8, 8, 3), dtype=np.uint8))])[0]

@@ -103,3 +103,20 @@ def test_the_tail_is_the_full_window_with_its_padding_committed(fixture_export):
             assert [r.steps for r in results] == ref.steps.tolist()
         cached = pipe.generate([dataclasses.replace(r, cache="reuse") for r in reqs])  # the cache holds the tail
         assert all(c.ok for c in cached) and sum(c.refreshes for c in cached) < sum(c.steps for c in cached)
+
+
+def test_calibration_chooses_the_smallest_tail_that_keeps_accuracy_everywhere():
+    from seer_export.calibrate import choose_tail
+
+    def row(points: float, p: float) -> dict:
+        return {"points": points, "p": p}
+
+    results = {  # (rule, N) -> tail -> paired figures against the uncut loop
+        ("factor:1", 64): {"tail 0": row(-3.0, 0.5), "tail 0.5": row(-0.5, 1.0), "tail 1": row(0.0, 1.0)},
+        ("fixed", 128): {"tail 0": row(0.0, 1.0), "tail 0.5": row(0.0, 1.0), "tail 1": row(0.0, 1.0)},
+    }
+    assert choose_tail(results, [0.0, 0.5, 1.0], max_loss=1.0) == (0.5, True)
+    results[("fixed", 128)]["tail 0.5"] = row(-0.8, 0.05)  # within the points, but the pairs say it loses
+    assert choose_tail(results, [0.0, 0.5, 1.0], max_loss=1.0) == (1.0, True)
+    results[("fixed", 128)]["tail 1"] = row(-2.0, 0.3)
+    assert choose_tail(results, [0.0, 0.5, 1.0], max_loss=1.0) == (1.0, False)  # none: the most context, said so

@@ -46,10 +46,13 @@ def differing(alone, got) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["static", "packed"])
-def test_requests_admitted_between_steps_get_their_answers_alone(pipe, policy):
+@pytest.mark.parametrize(("policy", "tail"), [("static", None), ("packed", None), ("packed", 1.0)])
+def test_requests_admitted_between_steps_get_their_answers_alone(pipe, fixture_export, policy, tail):
     """The loop stepped by hand, two requests joining at each step boundary, under a fixed dispatch policy: the
-    call shapes are then the same on every run, and every answer is exactly the answer alone."""
+    call shapes are then the same on every run, and every answer is exactly the answer alone (also with Seer's end
+    tail, ahead of each cut row's prompt)."""
+    if tail is not None:
+        pipe = SeerPipeline.from_manifest(fixture_export[0], threads=1, seer=pipe.seer.replace(tail=tail))
     requests = mixed(16)
     alone = [pipe.generate([r])[0] for r in requests]
     scheduler = StepScheduler(pipe, policy=policy)  # not started: the test steps it
