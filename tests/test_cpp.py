@@ -916,8 +916,13 @@ def test_dream_schedule_shift_scores_and_cache_equal_python(lib, dream_export):
     prompts = ["count to 5 .", "repeat cat 3 times .", "count from 3 to 9 .", "repeat dog sun 2 times ."]
     conv = CppRequests(dream_export)
     cpp_requests = [conv.convert({"prompt": p}, None) for p in prompts]
-    tailed = calibrated_copy(dream_export, dream_export.parent / "tailed", SeerConfig.from_dict(
-        {**json.loads((dream_export / "manifest.json").read_text())["seer"], "tail": 0.5, "tail_token": "endoftext"}))
+    tailed = calibrated_copy(
+        dream_export,
+        dream_export.parent / "tailed",
+        SeerConfig.from_dict(
+            {**json.loads((dream_export / "manifest.json").read_text())["seer"], "tail": 0.5, "tail_token": "endoftext"}
+        ),
+    )
     py = SeerPipeline.from_manifest(tailed)  # Seer's end tail ahead of the prompt, the cache holding it, shifted
     assert py.manifest.generation.schedule == "dream" and py.manifest.model.logit_shift == 1
     with CppPipeline(lib, tailed, ort_library=ort_library()) as cpp:
