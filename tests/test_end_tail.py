@@ -106,7 +106,7 @@ def test_the_tail_is_the_full_window_with_its_padding_committed(fixture_export):
 
 
 def test_calibration_chooses_the_smallest_tail_that_keeps_accuracy_everywhere():
-    from seer_export.calibrate import choose_tail
+    from seer_export.calibrate_tail import choose_tail
 
     def row(points: float, p: float) -> dict:
         return {"points": points, "p": p}
