@@ -202,8 +202,8 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
   auto t0 = Clock::now();
   const Schedule schedule = plan_schedule(key.gen, kept);
   // Seer's end tail (SeerPipeline.tails): ceil(tail * (N - L*)) committed end tokens after each cut row's window,
-  // no more than the largest prompt bucket leaves room for
-  if (key.mode != 1 && manifest.seer.tail > 0) {
+  // none for a row kept whole (the padded loop), no more than the largest prompt bucket leaves room for
+  if (manifest.seer.tail > 0) {
     for (int64_t i = 0; i < count; ++i) {
       const int64_t want = static_cast<int64_t>(std::ceil(manifest.seer.tail * static_cast<double>(n - kept[i])));
       const int64_t room = std::max<int64_t>(manifest.buckets.prompt.back() - prompts[i].length, 0);

@@ -43,7 +43,7 @@ from seer_trt.runtime.detokenize import detokenize
 from seer_trt.runtime.dispatch import CostModel, DispatchPlan, plan_dispatch
 from seer_trt.runtime.embed import Embedder, PromptEmbeds
 from seer_trt.runtime.image import Image, ImageLimits, prepare_image
-from seer_trt.runtime.layout import packed_layout, padded_layout
+from seer_trt.runtime.layout import Layout, packed_layout, padded_layout
 from seer_trt.runtime.prompt import PromptFormat
 from seer_trt.runtime.request import GENERATION_FIELDS, Request, Result, check_settings
 from seer_trt.runtime.schedule import plan_schedule
@@ -353,7 +353,7 @@ class SeerPipeline:
                 step0 = (zero.x0, zero.confidence)
         t0 = time.perf_counter()
         schedule = plan_schedule(gen, kept)
-        tails = self.tails(group.mode, kept, n, [len(e) for e in embeds])
+        tails = self.tails(kept, n, [len(e) for e in embeds])
         dispatch = plan_dispatch([len(e) + t for e, t in zip(embeds, tails.tolist(), strict=True)], kept,
                                  schedule.steps, self.buckets, policy, self.tau_pad, self.short, self.cost,
                                  self.backend.max_shape("denoise"))  # fmt: skip
@@ -367,9 +367,7 @@ class SeerPipeline:
             rows = np.array(part.rows)
             members = [embeds[r] for r in rows]
             t1 = time.perf_counter()
-            tail = (tails[rows], self.tail_embed() if tails[rows].any() else None)
-            layout = (packed_layout(members, kept[rows], *tail) if part.path == "packed"
-                      else padded_layout(members, kept[rows], part.prompt_len, part.gen_len, *tail))  # fmt: skip
+            layout = self.layout(part.path, members, kept[rows], part.prompt_len, part.gen_len, tails[rows])
             clock["packing"] += time.perf_counter() - t1
             decoder = self.decoder(gen, group.seeds[rows])
             part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
@@ -388,13 +386,23 @@ class SeerPipeline:
                    for (a, text), row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
         return results, dispatch, errors
 
-    def tails(self, mode: Mode, kept: np.ndarray, gen_length: int, prompt_lengths: list[int]) -> np.ndarray:
+    def tails(self, kept: np.ndarray, gen_length: int, prompt_lengths: list[int]) -> np.ndarray:
         """[R] end-tail positions of a group's rows (docs/DESIGN.md "Seer, exactly"): ``seer.tail`` of each cut row's
-        cut-away positions, none for the padded loop, and no more than the largest prompt bucket leaves room for."""
-        if mode == "full" or not self.seer.tail:
+        cut-away positions (none for a row kept whole: the padded loop), and no more than the largest prompt bucket
+        leaves room for."""
+        if not self.seer.tail:
             return np.zeros(len(kept), dtype=np.int64)
         room = self.buckets.prompt[-1] - np.asarray(prompt_lengths, dtype=np.int64)
         return np.clip(self.seer.tails(kept, gen_length), 0, np.maximum(room, 0))
+
+    def layout(self, path: str, embeds: list[np.ndarray], kept: np.ndarray, prompt_len: int, gen_len: int,
+               tails: np.ndarray) -> Layout:  # fmt: skip
+        """The rows' layout on the dispatch ``path`` ("packed", or padded to ``prompt_len`` / ``gen_len``), each row's
+        end tail (``tails``) ahead of its prompt."""
+        tail = (tails, self.tail_embed() if tails.any() else None)
+        if path == "packed":
+            return packed_layout(embeds, kept, *tail)
+        return padded_layout(embeds, kept, prompt_len, gen_len, *tail)
 
     def tail_embed(self) -> np.ndarray:
         """[D] the embedding of the token the end tail holds (``seer.tail_token``), embedded once."""

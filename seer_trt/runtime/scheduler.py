@@ -37,7 +37,6 @@ from seer_trt.runtime.boundary import detect
 from seer_trt.runtime.denoise import Greedy, commit, current_block_end
 from seer_trt.runtime.detokenize import detokenize
 from seer_trt.runtime.dispatch import plan_dispatch
-from seer_trt.runtime.layout import packed_layout, padded_layout
 from seer_trt.runtime.request import Request, Result
 from seer_trt.runtime.schedule import Schedule, plan_schedule
 from seer_trt.runtime.step_zero import step_zero_rows
@@ -272,7 +271,7 @@ class StepScheduler:
                 step0 = (zero.x0, zero.confidence)
         else:
             kept = np.array([t.request.window or n for t, *_ in members], dtype=np.int64)
-        tails = self.pipe.tails("seer", kept, n, [len(e) for e in embeds])  # none where nothing was cut
+        tails = self.pipe.tails(kept, n, [len(e) for e in embeds])
         for i, (ticket, _, prompt, prep) in enumerate(members):
             k = int(kept[i])
             row0 = None if step0 is None else (step0[0][i, :k].astype(np.int64), step0[1][i, :k])
@@ -307,10 +306,8 @@ class StepScheduler:
             layout = self._layouts.get(key)
             if layout is None:  # a new membership; the same rows in the same shape reuse the last step's
                 tails = np.array([r.tail for r in members], dtype=np.int64)
-                tail = (tails, pipe.tail_embed() if tails.any() else None)
-                embeds = [r.embeds for r in members]
-                layout = (packed_layout(embeds, k, *tail) if group.path == "packed"
-                          else padded_layout(embeds, k, group.prompt_len, group.gen_len, *tail))  # fmt: skip
+                layout = pipe.layout(group.path, [r.embeds for r in members], k, group.prompt_len, group.gen_len,
+                                     tails)  # fmt: skip
             layouts[key] = layout
             width = int(k.max())
             x = np.full((len(members), width), mask_id, dtype=np.int64)
