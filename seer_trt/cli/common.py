@@ -93,12 +93,17 @@ def run_main(prog: str, parser: argparse.ArgumentParser, work: Callable[[argpars
             staging folder is removed on the way out).
         atomic: every file the command writes appears whole or not at all (what the interrupt line may claim).
     """
-    from seer_trt.contracts.outfolder import signals_as_interrupts
+    try:  # an interrupt may come during this import, too (a slow machine's start-up)
+        from seer_trt.contracts.outfolder import signals_as_interrupts
 
-    try:
         args = parser.parse_args(argv)
-    except KeyboardInterrupt as err:
-        return interrupted(prog, err, False, atomic)
+    except (KeyboardInterrupt, ImportError) as err:
+        from seer_trt.cli import by_interrupt
+
+        interrupt = by_interrupt(err)
+        if interrupt is None:
+            raise
+        return interrupted(prog, interrupt, False, atomic)
     verbose = getattr(args, "verbose", False)
     try:
         if signals:
