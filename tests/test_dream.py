@@ -380,28 +380,28 @@ def test_seer_calibrate_runs_on_the_text_only_adapter(checkpoint, tmp_path):
 @pytest.mark.slow
 def test_the_step_scheduler_batches_dream_requests_ranked_by_its_scores(export):
     """Dream's default requests (ranked by its scores, which the denoise graph returns) share steps in the step
-    scheduler, and each gets its answer alone."""
+    engine, and each gets its answer alone."""
     from seer_trt.eval.tasks import make_samples
+    from seer_trt.runtime.engine import Engine
     from seer_trt.runtime.pipeline import SeerPipeline
     from seer_trt.runtime.request import Request
-    from seer_trt.runtime.scheduler import StepScheduler
 
     pipe = SeerPipeline.from_manifest(export[0], threads=1)
     samples = make_samples(3, 12, family="text")
     requests = [Request(s.question, gen_length=16, remasking=[None, "topk_margin", "low_confidence"][i % 3],
                         seer=i % 2 == 0, cache="none") for i, s in enumerate(samples)]  # fmt: skip
     alone = [pipe.generate([r])[0] for r in requests]
-    scheduler = StepScheduler(pipe, policy="static")  # stepped by hand: the same call shapes on every run
+    engine = Engine(pipe, policy="static")  # stepped by hand: the same call shapes on every run
     tickets = []
-    while len(tickets) < len(requests) or scheduler.rows or scheduler.depth:
-        tickets += [scheduler.submit(r) for r in requests[len(tickets) : len(tickets) + 3]]
-        scheduler.step()
-        assert scheduler.steps < 500
+    while len(tickets) < len(requests) or engine.rows or engine.depth:
+        tickets += [engine.submit(r) for r in requests[len(tickets) : len(tickets) + 3]]
+        engine.step()
+        assert engine.steps < 500
     got = [t.result(0) for t in tickets]
-    scheduler.close()
+    engine.close()
     pipe.close()
     assert [g.window for g in got] == [a.window for a in alone] and all(g.ok for g in got)
-    assert max(scheduler.rows_per_step) > 3  # rows ranked by different scores shared steps
+    assert max(engine.rows_per_step) > 3  # rows ranked by different scores shared steps
 
 
 def test_a_qwen_style_template_renders_as_transformers_would(tmp_path):

@@ -1,4 +1,4 @@
-"""seer-serve (docs/DESIGN.md "Serving and embedding"): OpenAI's chat-completions API over the step scheduler, served
+"""seer-serve (docs/DESIGN.md "Serving and embedding"): OpenAI's chat-completions API over the engine, served
 by uvicorn on 127.0.0.1 in this process (and once as the ``seer-serve`` command). The real ``openai`` client gets
 what ``SeerPipeline.generate`` gives the same request alone, whole and streamed; every error path answers its
 status with OpenAI's error body; a bounded load of concurrent, streamed and abandoned requests leaves nothing
@@ -31,9 +31,9 @@ from PIL import Image
 
 from seer_trt.cli.serve import listen
 from seer_trt.eval.tasks import make_samples
+from seer_trt.runtime.engine import Cancelled, Engine
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request
-from seer_trt.runtime.scheduler import Cancelled, StepScheduler
 from seer_trt.serving.chat import TextStream
 from seer_trt.serving.http import create_app
 
@@ -64,9 +64,9 @@ TEXTS = ["count to 7 .", "repeat cat 3 times .", "count to 3 .", "count from 2 t
 
 
 @contextlib.contextmanager
-def serving(scheduler: StepScheduler, **options) -> Iterator[str]:
-    """uvicorn on a free 127.0.0.1 port in a background thread, serving ``create_app(scheduler, MODEL, ...)``."""
-    app = create_app(scheduler, MODEL, **options)
+def serving(engine: Engine, **options) -> Iterator[str]:
+    """uvicorn on a free 127.0.0.1 port in a background thread, serving ``create_app(engine, MODEL, ...)``."""
+    app = create_app(engine, MODEL, **options)
     sock = listen("127.0.0.1", 0)  # seer-serve's own listening socket
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -94,15 +94,15 @@ def pipe(fixture_export):
 
 
 @pytest.fixture(scope="module")
-def scheduler(pipe):
-    sched = StepScheduler(pipe, max_queue=256).start()
+def engine(pipe):
+    sched = Engine(pipe, max_queue=256).start()
     yield sched
     sched.close()
 
 
 @pytest.fixture(scope="module")
-def url(scheduler):
-    with serving(scheduler, api_key=KEY) as base:
+def url(engine):
+    with serving(engine, api_key=KEY) as base:
         yield base
 
 
@@ -113,8 +113,8 @@ def http(url):
 
 
 def alone(pipe, prompt: str, image: bytes | None = None, **settings) -> str:
-    """What the pipeline answers the request alone, with the exact loop the server runs (cache none)."""
-    result = pipe.generate([Request(prompt, image=image, cache="none", **settings)])[0]
+    """What the pipeline answers the request alone, with the settings the server runs by default."""
+    result = pipe.generate([Request(prompt, image=image, **settings)])[0]
     assert result.ok, result.error
     return result.text
 
@@ -154,7 +154,7 @@ def test_streamed_text_arrives_in_pieces_and_matches_seer_settings(url, pipe):
     pipeline's, and the response echoes seer-trt's settings with L* and the steps used."""
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=REQUEST_TIMEOUT_S)
     extra = {"decoding": "fixed", "early_stop": True}
-    expected = pipe.generate([Request("count to 7 .", cache="none", **extra)])[0]
+    expected = pipe.generate([Request("count to 7 .", **extra)])[0]
     stream = client.chat.completions.create(model=MODEL, messages=user("count to 7 ."), stream=True, extra_body=extra)
     chunks = list(stream)
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
@@ -175,7 +175,7 @@ def test_a_conversation_is_answered_after_its_earlier_turns(http, pipe):
     r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": turns})
     assert r.status_code == 200, r.text
     history = (("user", "count to 2 ."), ("assistant", "1 2"))
-    expected = pipe.generate([Request("count to 3 .", system="you count .", history=history, cache="none")])[0]
+    expected = pipe.generate([Request("count to 3 .", system="you count .", history=history)])[0]
     assert r.json()["choices"][0]["message"]["content"] == expected.text
     alone_ids = pipe.prompts.ids("count to 3 .", False, "you count .")
     assert r.json()["usage"]["prompt_tokens"] == len(pipe.prompts.ids("count to 3 .", False, "you count .", history))
@@ -186,7 +186,7 @@ def test_system_message_goes_to_the_template(http, pipe):
     body = {"model": MODEL, "messages": [{"role": "system", "content": "you count ."}, *user("count to 3 .")]}
     r = http.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
-    expected = pipe.generate([Request("count to 3 .", system="you count .", cache="none")])[0]
+    expected = pipe.generate([Request("count to 3 .", system="you count .")])[0]
     assert r.json()["choices"][0]["message"]["content"] == expected.text
 
 
@@ -311,7 +311,7 @@ def image_host(image: bytes, limit: int) -> Iterator[str]:
         server.server_close()
 
 
-def test_image_urls_are_fetched_only_when_allowed_within_size_and_time(scheduler, pipe):
+def test_image_urls_are_fetched_only_when_allowed_within_size_and_time(engine, pipe):
     image = png(IMAGES[0].image)
     limit = pipe.image_limits.bytes
     question = IMAGES[0].question.replace("<image>\n", "")
@@ -320,7 +320,7 @@ def test_image_urls_are_fetched_only_when_allowed_within_size_and_time(scheduler
         return {"model": MODEL, "messages": [{"role": "user", "content": [
             {"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": url}}]}]}  # fmt: skip
 
-    with image_host(image, limit) as host, serving(scheduler, allow_image_urls=True, image_url_timeout_s=1.0) as base:
+    with image_host(image, limit) as host, serving(engine, allow_image_urls=True, image_url_timeout_s=1.0) as base:
         with httpx.Client(base_url=base, timeout=REQUEST_TIMEOUT_S) as c:
             for path in ("/ok.png", "/moved"):
                 r = c.post("/v1/chat/completions", json=body(host + path))
@@ -334,7 +334,7 @@ def test_image_urls_are_fetched_only_when_allowed_within_size_and_time(scheduler
                 assert r.status_code == 400 and words in error["message"], (path, r.text)
                 assert error["param"] == "messages[0].content[1].image_url.url"
                 assert time.monotonic() - start < 4  # the slow host is given up on at the timeout
-    with serving(scheduler) as base:  # the default: never fetched
+    with serving(engine) as base:  # the default: never fetched
         r = httpx.post(f"{base}/v1/chat/completions", json=body("http://127.0.0.1:9/x.png"), timeout=30)
         assert r.status_code == 400 and "--allow-image-urls" in r.json()["error"]["message"]
 
@@ -362,8 +362,8 @@ def test_auth_routes_and_methods(url, http):
     assert http.get("/v1/models/other").status_code == 404
 
 
-def test_body_bound_is_checked_before_parsing(scheduler):
-    with serving(scheduler, max_body_bytes=4096) as base, httpx.Client(base_url=base, timeout=60) as c:
+def test_body_bound_is_checked_before_parsing(engine):
+    with serving(engine, max_body_bytes=4096) as base, httpx.Client(base_url=base, timeout=60) as c:
         big = chat_body(messages=user("count to 3 . " * 1000))
         r = c.post("/v1/chat/completions", json=big)  # by its Content-Length
         assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text
@@ -379,12 +379,12 @@ def test_body_bound_is_checked_before_parsing(scheduler):
 
 
 def test_queue_full_not_ready_deadline_and_internal_errors(pipe, monkeypatch):
-    idle = StepScheduler(pipe)  # never started: not ready
+    idle = Engine(pipe)  # never started: not ready
     with serving(idle) as base:
         assert httpx.get(f"{base}/health").status_code == 503
         r = httpx.post(f"{base}/v1/chat/completions", json=chat_body())
         assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
-    sched = StepScheduler(pipe, max_queue=1).start()
+    sched = Engine(pipe, max_queue=1).start()
     gate = threading.Event()
     real_step = sched.step
     sched.step = lambda: gate.wait(0.05) and real_step()  # the engine holds the queue until the gate opens
@@ -401,7 +401,7 @@ def test_queue_full_not_ready_deadline_and_internal_errors(pipe, monkeypatch):
     finally:
         gate.set()
         sched.close()
-    sched = StepScheduler(pipe).start()
+    sched = Engine(pipe).start()
     try:
         with serving(sched, timeout_s=1e-6) as base:
             r = httpx.post(f"{base}/v1/chat/completions", json=chat_body(), timeout=120)
@@ -416,7 +416,7 @@ def test_queue_full_not_ready_deadline_and_internal_errors(pipe, monkeypatch):
 
 
 def test_a_client_gone_mid_stream_cancels_its_ticket(pipe):
-    sched = StepScheduler(pipe).start()
+    sched = Engine(pipe).start()
     tickets, real_submit, real_step = [], sched.submit, sched.step
 
     def submit(*args, **kwargs):
@@ -470,7 +470,7 @@ def rss_bytes() -> int:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
-def test_load_concurrent_streamed_and_abandoned_requests(url, scheduler, pipe):
+def test_load_concurrent_streamed_and_abandoned_requests(url, engine, pipe):
     cases = [(t, None) for t in TEXTS] + [(s.question, png(s.image)) for s in IMAGES]
     expected = {i: alone(pipe, p, img) for i, (p, img) in enumerate(cases)}
     fixed = {i: alone(pipe, p, img, decoding="fixed", early_stop=True) for i, (p, img) in enumerate(cases)}
@@ -515,12 +515,12 @@ def test_load_concurrent_streamed_and_abandoned_requests(url, scheduler, pipe):
     # an answer equal to the pipeline's alone up to float rounding (docs/DESIGN.md, seer-serve): at most 1 % differ
     assert outcomes.count("differing") <= LOAD_REQUESTS // 100, collections.Counter(outcomes)
     deadline = time.monotonic() + 30
-    while (scheduler.depth or scheduler.rows) and time.monotonic() < deadline:
+    while (engine.depth or engine.rows) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert scheduler.depth == 0 and scheduler.rows == []
-    assert max(scheduler.rows_per_step) > 1  # requests that arrived apart shared steps
+    assert engine.depth == 0 and engine.rows == []
+    assert max(engine.rows_per_step) > 1  # requests that arrived apart shared steps
     grown = rss_bytes() - warm
-    print(f"load: {dict(collections.Counter(outcomes))}, rows per step up to {max(scheduler.rows_per_step)}, RSS "
+    print(f"load: {dict(collections.Counter(outcomes))}, rows per step up to {max(engine.rows_per_step)}, RSS "
           f"{warm / 2**20:.0f} MiB after warm-up, {grown / 2**20:+.1f} MiB at the end")  # fmt: skip
     assert grown < RSS_GROWTH, f"RSS grew {grown / 2**20:.0f} MiB after warm-up"
 
@@ -609,17 +609,22 @@ def test_connections_to_seer_serves_socket_send_without_delay():
 # --- seer-bench --workload serving ----------------------------------------------------------------------------
 
 
-def test_the_serving_bench_reports_both_servers_and_the_overhead(fixture_export):
+def test_the_serving_bench_reports_every_way_the_headline_and_the_overhead(fixture_export):
     from seer_export.bench import serving
 
-    settings = serving.Settings(concurrency=(1, 4), requests=6, rounds=2, overhead_requests=4)
-    report = serving.bench(fixture_export[0], settings, 0, lambda _: None, "test")  # raises on a differing answer
+    settings = serving.Settings(concurrency=(1, 4), requests=6, rounds=2, overhead_requests=4, long_requests=4)
+    report = serving.bench(fixture_export[0], settings, 0, lambda _: None, "test")
     for level in report["levels"].values():
-        for key in ("continuous", "one_at_a_time"):
+        for key in serving.WAYS:
             rps = level[key]["requests_per_s"]
             assert rps["min"] <= rps["value"] <= rps["max"] and rps["rounds"] == 2
             assert 0 < level[key]["p50_s"] <= level[key]["p99_s"]
-        assert level["continuous_over_one_at_a_time"]["rounds"] == 2
+        assert all(level[f"default_over_{k}"]["rounds"] == 2 for k in serving.WAYS[1:])
+    assert report["answers"] == 2 * 2 * 6 and sum(report["differing"].values()) <= 2  # float rounding at a border
+    h = report["headline"]
+    assert set(h) == {"serving_over_cache_none_4", "serving_over_generate_batch_4", "overhead_1"}
+    assert h["serving_over_cache_none_4"] == report["levels"]["4"]["default_over_cache_none"]
+    assert report["overhead_1"] == report["overhead"]["relative"]  # the headline at the top level too
     short, long = report["overhead"], report["overhead_long"]
     for o in (short, long):
         assert o["fixed_cost_s"] == pytest.approx(o["http_median_s"] - o["direct_median_s"])

@@ -39,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "K/V cache at LLaDA-V's token counts on a random-weight model (seer_export.bench.cache); "
                     "lavida-shaped / mmada-shaped: the same at LaViDa-LLaDA's (1008 and 616 image features) or "
                     "MMaDA's (1027) counts, in that model's own loop; serving: "
-                    "seer-serve on loopback at 1, 4 and 16 clients, continuous batching vs one request at a time, and "
-                    "its overhead over SeerPipeline.generate (seer_export.bench.serving; needs the 'serve' extra)")  # fmt: skip
+                    "seer-serve on loopback at 1, 4 and 16 clients: its defaults vs the same server without the prompt "
+                    "cache, vs one request at a time, vs SeerPipeline.generate of every request at once, and its "
+                    "overhead over SeerPipeline.generate (seer_export.bench.serving; --shape; needs the 'serve' "
+                    "extra)")  # fmt: skip
     add_engines(ap, "export folder (seer-export); llada-v-shaped: its random model's export, written there when the "
                 "folder is new")  # fmt: skip
     ap.add_argument("--checkpoint", type=Path, help="PyTorch checkpoint for the eager comparison (default: registry)")
@@ -54,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also time the C++ runtime (cpp/build/libseer.so) against the Python one, per request")  # fmt: skip
     ap.add_argument("--refresh-interval", type=int, default=DEFAULT_CACHE.refresh,
                     help=f"llada-v-shaped: R of the cached modes (default: the pipeline's, {DEFAULT_CACHE.refresh})")  # fmt: skip
+    ap.add_argument("--shape", choices=("fixture", "llada-v"), default="fixture",
+                    help="serving: the export served, the fixture's (default; held-out prompts with images) or the "
+                    "random LLaDA-V-shaped model of --workload llada-v-shaped (prompts of 729 stand-in image tokens "
+                    "and the question; written to --engines when that folder is new)")  # fmt: skip
     ap.add_argument("--decoding", metavar="RULE",
                     help="parallel rule of the parallel-decoding scenario, threshold:TAU or factor:F (default: the "
                     "export's default rule, factor:1 when that is fixed)")  # fmt: skip
@@ -74,6 +80,9 @@ def work(args: argparse.Namespace, command: str) -> int:
     def progress(text: str) -> None:
         print(f"[{time.time() - t0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
+    if args.shape != "fixture" and args.workload != "serving":
+        raise ConfigError(f"--shape {args.shape} applies to --workload serving; the shaped cache workloads are "
+                          f"--workload llada-v-shaped, lavida-shaped or mmada-shaped")  # fmt: skip
     if args.workload in ("llada-v-shaped", "lavida-shaped", "mmada-shaped"):
         from seer_export.bench import cache
 
@@ -83,7 +92,7 @@ def work(args: argparse.Namespace, command: str) -> int:
         from seer_export.bench import serving
         from seer_trt.eval.report import write_json
 
-        settings = serving.Settings.quick() if args.quick else serving.Settings()
+        settings = serving.Settings.quick(args.shape) if args.quick else serving.Settings(shape=args.shape)
         report = serving.bench(args.engines, settings, args.seed, progress, command, args.threads)
         print(serving.table(report))
         if args.json:

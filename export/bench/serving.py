@@ -1,19 +1,25 @@
-"""``seer-bench --workload serving``: seer-serve on loopback, continuous batching against one request at a time on
-the same server, and the server's overhead against calling ``SeerPipeline.generate`` directly (docs/DESIGN.md
+"""``seer-bench --workload serving``: seer-serve on loopback against what a user would run instead: the same server
+with the prompt cache off (greedy, ``cache none``: the served path before the one engine), one request at a time, and
+``SeerPipeline.generate`` of every request at once; and the server's overhead over ``generate`` (docs/DESIGN.md
 "Measuring", "Serving").
 
-In:  an export of the fixture; concurrency levels; requests per level; rounds.
-Out: per concurrency, for each server (``continuous``: the step scheduler's default ``max_rows``; ``one_at_a_time``:
-     ``max_rows`` 1, every request alone), requests/s and p50 / p99 latency, medians over rounds that alternate the
-     two servers; ``continuous_over_one_at_a_time``: the ratio of their requests/s per round; and ``overhead``: one
+In:  an export (``shape`` "fixture": of the fixture, held-out prompts with their images; "llada-v": the random
+     LLaDA-V-shaped model of ``--workload llada-v-shaped``, written to the folder when it is new, prompts of 729
+     stand-in image tokens plus the question); concurrency levels; requests per level; rounds.
+Out: per concurrency, for each way (``default``: the server's defaults, the engine's ``max_rows``; ``cache_none``: the
+     same server, each body asking ``cache: none``; ``one_at_a_time``: a server of ``max_rows`` 1; ``generate_batch``:
+     ``SeerPipeline.generate`` of all the level's requests in one call), requests/s and p50 / p99 latency, medians
+     over rounds that rotate the ways; the ratios of ``default`` over each other way, per round; ``overhead``: one
      client, one request after another, through HTTP against ``SeerPipeline.generate`` on the same requests
      (interleaved request by request), the median relative difference and the fixed cost in seconds;
-     ``overhead_long``: the same on longer requests (the padded loop, the fixed rule, ``LONG_WINDOW`` steps).
+     ``overhead_long``: the same on longer requests (the padded loop, the fixed rule, ``LONG_WINDOW`` steps); and at
+     the top level the headline ratios ``serving_over_cache_none_16``, ``serving_over_generate_batch_16`` (at the
+     largest level) and ``overhead_1``.
 
-Both servers run in this process (uvicorn in threads, one port each) over one pipeline, so they share the
-backend's sessions and the measuring clients share the machine's two cores with them: figures are of the whole
-loopback system, as a user on one machine would see it. Requests are held-out fixture prompts with their images
-as ``data:`` URLs (text alone where a task has none), greedy, the exact loop.
+The servers run in this process (uvicorn in threads, one port each) over one pipeline, so they share the backend's
+sessions and the measuring clients share the machine's cores with them: figures are of the whole loopback system, as a
+user on one machine would see it. Answers are compared with ``generate``'s for each request alone and the differing
+ones counted (equal up to float rounding: docs/DESIGN.md "Serving").
 """
 
 from __future__ import annotations
@@ -38,29 +44,36 @@ LONG_WINDOW = 64  # the overhead's longer requests: seer off, the fixed rule, on
 @dataclasses.dataclass(frozen=True)
 class Settings:
     concurrency: tuple[int, ...] = (1, 4, 16)
-    requests: int = 48  # per concurrency level and server, per round
+    requests: int = 48  # per concurrency level and way, per round
     rounds: int = 3
     overhead_requests: int = 24
+    shape: str = "fixture"  # SHAPES
+    long_requests: int = 8  # of the overhead on longer requests
 
     @classmethod
-    def quick(cls) -> Settings:
-        return cls(concurrency=(1, 4, 16), requests=16, rounds=2, overhead_requests=8)
+    def quick(cls, shape: str = "fixture") -> Settings:
+        return cls(concurrency=(1, 4, 16), requests=16, rounds=2, overhead_requests=8, shape=shape, long_requests=4)
+
+
+SHAPES = ("fixture", "llada-v")
+WAYS = ("default", "cache_none", "one_at_a_time", "generate_batch")
+IMAGE_TOKENS = 729  # shape llada-v: one 384-px tile of LLaDA-V's SigLIP, as stand-in words
 
 
 class _Server:
-    """seer-serve's app over its own scheduler, in a thread of this process."""
+    """seer-serve's app over its own engine, in a thread of this process."""
 
     def __init__(self, pipe, max_rows: int | None, name: str) -> None:
         import uvicorn
 
         from seer_trt.cli.serve import listen
-        from seer_trt.runtime.scheduler import StepScheduler
+        from seer_trt.runtime.engine import Engine
         from seer_trt.serving.http import create_app
 
-        self.scheduler = StepScheduler(pipe, max_rows=max_rows, max_queue=1024).start()
+        self.engine = Engine(pipe, max_rows=max_rows, max_queue=1024).start()
         self.sock = listen("127.0.0.1", 0)  # seer-serve's own socket (TCP_NODELAY on its connections)
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(create_app(self.scheduler, name), log_level="error")
+        config = uvicorn.Config(create_app(self.engine, name), log_level="error")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
@@ -73,7 +86,7 @@ class _Server:
         self.server.should_exit = True
         self.thread.join(30)
         self.sock.close()
-        self.scheduler.close()
+        self.engine.close()
 
 
 def _body(sample, name: str) -> dict[str, Any]:
@@ -138,66 +151,115 @@ def _spread(values: list[float]) -> dict[str, Any]:
     return {"value": float(np.median(values)), "min": min(values), "max": max(values), "rounds": len(values)}
 
 
-def bench(folder, settings: Settings, seed: int, progress: Progress, command: str, threads: int = 1) -> dict:
+def _workload(folder, settings: Settings, seed: int, threads: int, progress: Progress):
+    """The pipeline, its requests and their chat bodies for ``settings.shape``."""
     from seer_trt.eval.tasks import held_out
     from seer_trt.runtime.pipeline import SeerPipeline
     from seer_trt.runtime.request import Request
 
+    n = max(settings.requests, settings.overhead_requests)
+    if settings.shape == "llada-v":
+        from pathlib import Path
+
+        from seer_export.bench.cache import ensure_export, prompt_text
+
+        pipe = SeerPipeline.from_manifest(ensure_export(Path(folder), progress), threads=threads, calibrate=True)
+        rng = np.random.default_rng(seed)
+        texts = [prompt_text(pipe, IMAGE_TOKENS, rng) for _ in range(n)]
+        requests = [Request(t) for t in texts]
+        bodies = [{"model": "bench", "messages": [{"role": "user", "content": t}]} for t in texts]
+        return pipe, requests, bodies
     pipe = SeerPipeline.from_manifest(folder, threads=threads, calibrate=True)
-    name = "bench"
-    samples = held_out(max(settings.requests, settings.overhead_requests), seed)
-    bodies = [_body(s, name) for s in samples]
-    expected = [pipe.generate([Request(s.question, s.image, cache="none")])[0].text for s in samples]
-    servers = {"continuous": _Server(pipe, None, name), "one_at_a_time": _Server(pipe, 1, name)}
-    report: dict[str, Any] = {"command": command, "requests_per_level": settings.requests, "rounds": settings.rounds,
-                              "machine": {"cpus": os.cpu_count(), "threads": threads}, "levels": {}}  # fmt: skip
+    samples = held_out(n, seed)
+    return pipe, [Request(s.question, s.image) for s in samples], [_body(s, "bench") for s in samples]
+
+
+def bench(folder, settings: Settings, seed: int, progress: Progress, command: str, threads: int = 1) -> dict:
+    import dataclasses as dc
+
+    from seer_export.bench.rounds import ratio, rotated
+
+    pipe, requests, bodies = _workload(folder, settings, seed, threads, progress)
+    greedy = [{k: v for k, v in b.items() if k != "temperature"} for b in bodies]  # the server's defaults
+    uncached = [{**b, "temperature": 0, "cache": "none"} for b in greedy]  # the served path before the one engine
+    progress("serving: each request alone through SeerPipeline.generate (the answers to compare with)")
+    expected = [pipe.generate([r])[0].text for r in requests]
+    uncached_expected = [pipe.generate([dc.replace(r, cache="none")])[0].text for r in requests]
+    servers = {"default": _Server(pipe, None, "bench"), "one_at_a_time": _Server(pipe, 1, "bench")}
+    report: dict[str, Any] = {"command": command, "shape": settings.shape, "requests_per_level": settings.requests,
+                              "rounds": settings.rounds, "machine": {"cpus": os.cpu_count(), "threads": threads},
+                              "prompt_tokens": int(np.mean([len(pipe.prompts.ids(r.prompt, r.image is not None))
+                                                            for r in requests])),
+                              "levels": {}, "differing": dict.fromkeys(WAYS, 0), "answers": 0}  # fmt: skip
+    m = settings.requests
+
+    def way(key: str, c: int) -> tuple[float, list[float], list[str], list[str]]:
+        """(wall s, latencies, texts, the texts each alone) of one level's requests the ``key`` way."""
+        if key == "generate_batch":
+            start = time.perf_counter()
+            out = pipe.generate(requests[:m])
+            wall = time.perf_counter() - start
+            return wall, [wall] * m, [r.text for r in out], expected[:m]
+        url = servers["one_at_a_time" if key == "one_at_a_time" else "default"].url
+        wall, lat, texts = _burst(url, (uncached if key == "cache_none" else greedy)[:m], c)
+        return wall, lat, texts, (uncached_expected if key == "cache_none" else expected)[:m]
+
     try:
         for srv in servers.values():  # warm-up: sessions, the cost model, uvicorn
-            _burst(srv.url, bodies[:4], 4)
+            _burst(srv.url, greedy[:4], 4)
+            _burst(srv.url, uncached[:4], 4)
         for c in settings.concurrency:
-            per: dict[str, dict[str, list]] = {k: {"rps": [], "lat": []} for k in servers}
+            per: dict[str, dict[str, list]] = {k: {"rps": [], "lat": []} for k in WAYS}
             for r in range(settings.rounds):
-                order = list(servers) if r % 2 == 0 else list(servers)[::-1]
-                for key in order:
+                for key in rotated(WAYS, r):
                     progress(f"serving: {c} client(s), round {r + 1}/{settings.rounds}, {key}")
-                    wall, lat, texts = _burst(servers[key].url, bodies[: settings.requests], c)
-                    if texts != expected[: settings.requests]:
-                        raise AssertionError(f"{key} at {c} clients answered differently from SeerPipeline.generate")
-                    per[key]["rps"].append(settings.requests / wall)
+                    wall, lat, texts, alone = way(key, c)
+                    report["differing"][key] += sum(a != b for a, b in zip(texts, alone, strict=True))
+                    report["answers"] += len(texts) if key == "default" else 0
+                    per[key]["rps"].append(m / wall)
                     per[key]["lat"].extend(lat)
-            ratios = [a / b for a, b in zip(per["continuous"]["rps"], per["one_at_a_time"]["rps"], strict=True)]
-            report["levels"][str(c)] = {
+            level: dict[str, Any] = {
                 key: {"requests_per_s": _spread(v["rps"]),
                       "p50_s": float(np.percentile(v["lat"], 50)), "p99_s": float(np.percentile(v["lat"], 99))}
                 for key, v in per.items()
-            } | {"continuous_over_one_at_a_time": _spread(ratios)}  # fmt: skip
-        url = servers["continuous"].url
-        short = [(Request(x.question, x.image, cache="none"), body) for x, body in zip(samples, bodies, strict=True)]
+            }  # fmt: skip
+            for key in WAYS[1:]:
+                level[f"default_over_{key}"] = ratio(per["default"]["rps"], per[key]["rps"])
+            report["levels"][str(c)] = level
+        url = servers["default"].url
+        pairs = list(zip(requests, greedy, strict=True))
         slow = {"seer": False, "decoding": "fixed", "gen_length": LONG_WINDOW}  # a step per position, all N
-        long = [(Request(x.question, x.image, cache="none", **slow),
-                 {**body, "seer": False, "decoding": "fixed", "max_tokens": LONG_WINDOW})
-                for x, body in zip(samples, bodies, strict=True)]  # fmt: skip
+        long = [(dc.replace(x, **slow), {**body, "seer": False, "decoding": "fixed", "max_tokens": LONG_WINDOW})
+                for x, body in pairs]  # fmt: skip
         progress("serving: overhead, one client, HTTP vs SeerPipeline.generate, request by request")
-        report["overhead"] = _overhead(pipe, url, short[: settings.overhead_requests])
+        report["overhead"] = _overhead(pipe, url, pairs[: settings.overhead_requests])
         progress(f"serving: overhead on longer requests (the padded loop, the fixed rule, {LONG_WINDOW} positions)")
-        report["overhead_long"] = _overhead(pipe, url, long[: max(4, settings.overhead_requests // 3)])
+        report["overhead_long"] = _overhead(pipe, url, long[: settings.long_requests])
     finally:
         for srv in servers.values():
             srv.close()
+    top = report["levels"][str(max(settings.concurrency))]
+    report["headline"] = {f"serving_over_cache_none_{max(settings.concurrency)}": top["default_over_cache_none"],
+                          f"serving_over_generate_batch_{max(settings.concurrency)}":
+                              top["default_over_generate_batch"],
+                          "overhead_1": report["overhead"]["relative"]}  # fmt: skip
+    report |= report["headline"]
     report["load_average"] = os.getloadavg()
     return report
 
 
 def table(report: dict) -> str:
-    lines = ["| clients | server | requests/s [min-max] | p50 s | p99 s |", "|---|---|---|---|---|"]
+    lines = [f"shape {report['shape']} (prompts of {report['prompt_tokens']} tokens on average)", "",
+             "| clients | way | requests/s [min-max] | p50 s | p99 s |", "|---|---|---|---|---|"]  # fmt: skip
     for c, level in report["levels"].items():
-        for key in ("continuous", "one_at_a_time"):
+        for key in WAYS:
             v = level[key]
             r = v["requests_per_s"]
             lines.append(f"| {c} | {key} | {r['value']:.1f} [{r['min']:.1f}-{r['max']:.1f}] | {v['p50_s']:.3f} | "
                          f"{v['p99_s']:.3f} |")  # fmt: skip
-        x = level["continuous_over_one_at_a_time"]
-        lines.append(f"| {c} | continuous / one at a time | {x['value']:.2f}x [{x['min']:.2f}-{x['max']:.2f}] | | |")
+        for key in WAYS[1:]:
+            x = level[f"default_over_{key}"]
+            lines.append(f"| {c} | default / {key} | {x['value']:.2f}x [{x['min']:.2f}-{x['max']:.2f}] | | |")
     lines.append("")
     for key, what in (("overhead", "the requests above"),
                       ("overhead_long", f"padded fixed-rule requests at {LONG_WINDOW} positions")):  # fmt: skip
@@ -205,5 +267,11 @@ def table(report: dict) -> str:
         lines.append(f"server overhead, {what} (one client, HTTP vs SeerPipeline.generate, {o['requests']} "
                      f"requests): {o['http_median_s'] * 1e3:.1f} ms vs {o['direct_median_s'] * 1e3:.1f} ms median, "
                      f"{o['fixed_cost_s'] * 1e3:+.1f} ms, {o['relative'] * 100:+.1f} %")  # fmt: skip
+    d = report["differing"]
+    lines.append(f"answers differing from generate alone (float rounding at a border): "
+                 f"{', '.join(f'{k} {v}' for k, v in d.items())} (of {report['answers']} per way)")  # fmt: skip
+    lines.append("headline: " + ", ".join(f"{k} {v['value']:.2f}x [{v['min']:.2f}-{v['max']:.2f}]"
+                                          if isinstance(v, dict) else f"{k} {v * 100:+.1f} %"
+                                          for k, v in report["headline"].items()))  # fmt: skip
     lines.append(f"load average {report['load_average'][0]:.2f}")
     return "\n".join(lines)

@@ -1,10 +1,10 @@
 """``seer-serve``: an OpenAI-compatible HTTP server over an export (docs/DESIGN.md "Serving and embedding").
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), where to listen, the API key (``--api-key`` or ``SEER_API_KEY``),
-     the scheduler's bounds (``--max-queue``, ``--max-rows``) and each request's deadline (``--timeout``).
+     the engine's bounds (``--max-queue``, ``--max-rows``) and each request's deadline (``--timeout``).
 Out: a server on ``--host``:``--port`` (``seer_trt.serving.http``: ``/v1/chat/completions``, ``/v1/models``,
      ``/health``, ``/metrics``) until Ctrl-C or SIGTERM, which stop it gracefully: no new connections, open ones
-     answered, then the scheduler closed. Exit status 2 and one line for a bad flag, export or address.
+     answered, then the engine closed. Exit status 2 and one line for a bad flag, export or address.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ SERVE_MODULES = ("fastapi", "uvicorn", "pydantic", "prometheus_client", "httpx")
 
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(prog=PROG, description="Serve an export over HTTP with OpenAI's chat-completions API (JSON or "
-                "streamed Server-Sent Events); requests arriving apart share denoising steps (StepScheduler).")  # fmt: skip
+                "streamed Server-Sent Events); requests arriving apart share denoising steps (Engine).")  # fmt: skip
     add_engines(ap)
     g = ap.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds one image URL may take to fetch, redirects included (default: 10)",
     )
-    s = ap.add_argument_group("scheduler")
+    s = ap.add_argument_group("engine")
     s.add_argument("--max-queue", type=int, default=256,
                    help="requests waiting for admission at most; more are answered 429 (default: 256)")  # fmt: skip
     s.add_argument("--max-rows", type=int, help="rows denoised together at most (default: 4 x the largest batch "
@@ -102,8 +102,8 @@ def work(args: argparse.Namespace) -> int:
     import uvicorn
 
     from seer_trt.contracts.outfolder import Interrupted
+    from seer_trt.runtime.engine import Engine
     from seer_trt.runtime.pipeline import SeerPipeline
-    from seer_trt.runtime.scheduler import StepScheduler
     from seer_trt.serving.http import create_app
 
     key = args.api_key or os.environ.get("SEER_API_KEY") or None
@@ -115,12 +115,12 @@ def work(args: argparse.Namespace) -> int:
         if not hasattr(pipe.backend, "cache_bytes"):
             raise InputError(f"--binding-cache-mib applies to the onnxruntime backend, not {args.backend}")
         pipe.backend.cache_bytes = args.binding_cache_mib * 2**20
-    scheduler = StepScheduler(pipe, args.max_rows, args.max_queue).start()
+    engine = Engine(pipe, args.max_rows, args.max_queue).start()
     name = args.model_name or args.engines.resolve().name
-    app = create_app(scheduler, name, key, timeout_s=args.timeout, allow_image_urls=args.allow_image_urls,
+    app = create_app(engine, name, key, timeout_s=args.timeout, allow_image_urls=args.allow_image_urls,
                      image_url_timeout_s=args.image_url_timeout)  # fmt: skip
     # connections past what the queue and the rows can hold are refused (503) before they cost a request's memory
-    limit = args.max_queue + scheduler.max_rows + 16
+    limit = args.max_queue + engine.max_rows + 16
     server = uvicorn.Server(uvicorn.Config(app, log_level="info", limit_concurrency=limit,
                                            timeout_graceful_shutdown=30))  # fmt: skip
 
@@ -136,7 +136,7 @@ def work(args: argparse.Namespace) -> int:
     try:
         server.run(sockets=[sock])
     finally:
-        scheduler.close()
+        engine.close()
         pipe.close()
     return 0
 

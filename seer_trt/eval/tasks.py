@@ -175,3 +175,21 @@ def held_out(n: int, seed: int = HELD_OUT_SEED, family: str | None = None, grid:
     if seed >= 1_000_000:
         raise ValueError(f"held-out seed {seed} is a training seed; held-out sets use seeds below 1_000_000")
     return make_samples(seed, n, grid, cell_px, family or DEFAULT_FAMILY)
+
+
+def mixed_requests(seed: int, n: int) -> list:
+    """``n`` requests of every kind the engine steps (``seer_trt.runtime.engine``): each decoding rule, early stop, the
+    padded baseline, an oracle window, sampled rows (seeded; some with random remasking), every prompt cache policy,
+    with and without images (every sixth text only)."""
+    from seer_trt.runtime.request import Request
+
+    out = []
+    for i, s in enumerate(make_samples(seed, n)):
+        prompt = (s.question, s.image) if i % 6 else (s.question.replace("<image>\n", ""), None)
+        sampled = {"temperature": 0.7, "seed": i} if i % 7 == 3 else {}
+        if i % 11 == 5:
+            sampled["remasking"] = "random"
+        out.append(Request(*prompt, decoding=["fixed", "threshold:0.9", "factor:1", None][i % 4],
+                           early_stop=i % 3 == 0, seer=i % 5 != 4, window=5 if i == 7 else None,
+                           cache=["none", None, "reuse", "forecast"][(i // 2) % 4], **sampled))  # fmt: skip
+    return out

@@ -199,21 +199,9 @@ class Denoised:
     kv_errors: tuple[tuple[float, float | None], ...] = ()  # the cache's drift gate: (reuse, forecast) per refresh
 
 
-def denoise(
-    backend: Backend,
-    layout: Layout,
-    schedule: Schedule,
-    decoder: Decoder,
-    mask_id: int,
-    step0: tuple[np.ndarray, np.ndarray] | None = None,
-    stop_id: int | None = None,
-    cache: CacheConfig = EXACT,
-    rule: tuple[str, float | None] = ("fixed", None),
-    block_length: int | None = None,
-    cost: CostModel | None = None,
-    logit_shift: int = 0,
-) -> Denoised:
-    """Denoise a group's answer windows.
+class Loop:
+    """The one loop's state over a group's rows and its step: ``denoise`` is ``while loop.step(): pass``; the engine
+    (``seer_trt.runtime.engine``) steps many loops side by side and reads each row's tokens between steps.
 
     Args:
         backend: runs ``decoder.graph``.
@@ -230,50 +218,104 @@ def denoise(
         logit_shift: the manifest's ``model.logit_shift`` (1: Dream's shifted logits; the cache then keeps each
             row's last prompt position out, ``seer_trt.runtime.kv_cache``).
     """
-    n, width = len(schedule.kept), int(schedule.kept.max())
-    shape = (n, width)
-    fixed = rule[0] == "fixed"
-    block = width if block_length is None else block_length
-    x = np.full(shape, mask_id, dtype=np.int64)  # [n, L_max]
-    positions = np.arange(width)[None]  # [1, L_max]
-    window = positions < schedule.kept[:, None]  # [n, L_max]
-    stop = np.full(n, width)  # [n] first committed stop_id (width: none)
-    used = np.zeros(n, dtype=np.int64)
-    refreshes = np.zeros(n, dtype=np.int64)
-    cap = schedule.steps if fixed else schedule.kept  # steps a row may take (every dynamic step commits one)
-    kv = GroupCache(cache, backend.spec(decoder.graph), layout, logit_shift)
-    reads = step_outputs(backend.spec(decoder.graph))  # what a step that stores no cache fetches
-    ends = np.zeros(n, dtype=np.int64)  # [n] each row's block end at the previous step
-    for t in range(int(cap.max())):
-        masked = x == mask_id
-        open_ = masked & window & (positions < stop[:, None])  # positions this row may still commit
-        live = open_.any(1) & (t < cap)  # [n]
+
+    def __init__(self, backend: Backend, layout: Layout, schedule: Schedule, decoder: Decoder, mask_id: int,
+                 step0: tuple[np.ndarray, np.ndarray] | None = None, stop_id: int | None = None,
+                 cache: CacheConfig = EXACT, rule: tuple[str, float | None] = ("fixed", None),
+                 block_length: int | None = None, cost: CostModel | None = None, logit_shift: int = 0) -> None:  # fmt: skip
+        n, width = len(schedule.kept), int(schedule.kept.max())
+        self.backend, self.layout, self.schedule, self.decoder = backend, layout, schedule, decoder
+        self.mask_id, self.step0, self.stop_id, self.rule, self.cost = mask_id, step0, stop_id, rule, cost
+        self.shape = (n, width)
+        self.fixed = rule[0] == "fixed"
+        self.block = width if block_length is None else block_length
+        self.x = np.full(self.shape, mask_id, dtype=np.int64)  # [n, L_max]
+        self.positions = np.arange(width)[None]  # [1, L_max]
+        self.window = self.positions < schedule.kept[:, None]  # [n, L_max]
+        self.stop = np.full(n, width)  # [n] first committed stop_id (width: none)
+        self.used = np.zeros(n, dtype=np.int64)
+        self.refreshes = np.zeros(n, dtype=np.int64)
+        self.dropped = np.zeros(n, dtype=bool)  # rows taken out before they finished (a client that left)
+        self.cap = schedule.steps if self.fixed else schedule.kept  # steps a row may take (a dynamic step commits one)
+        self.kv = GroupCache(cache, backend.spec(decoder.graph), layout, logit_shift)
+        self.reads = step_outputs(backend.spec(decoder.graph))  # what a step that stores no cache fetches
+        self.ends = np.zeros(n, dtype=np.int64)  # [n] each row's block end at the previous step
+        self.t = 0  # steps taken
+
+    def open(self) -> np.ndarray:
+        """[n, L_max] positions each row may still commit."""
+        return (self.x == self.mask_id) & self.window & (self.positions < self.stop[:, None])
+
+    @property
+    def live(self) -> np.ndarray:
+        """[n] rows the next step advances: a position still to commit, steps left, not dropped."""
+        return self.open().any(1) & (self.t < self.cap) & ~self.dropped
+
+    def drop(self, rows: np.ndarray) -> None:
+        """Take ``rows`` out of every later step (their tokens stay as they are)."""
+        self.dropped[rows] = True
+
+    def step(self) -> bool:
+        """Advance every live row once: one graph call (or step zero's prediction at step 0), then each row commits
+        by the rule. False, doing nothing, when no row is live."""
+        open_ = self.open()
+        live = open_.any(1) & (self.t < self.cap) & ~self.dropped  # [n]
         if not live.any():
-            break
-        used += live
-        block_end = schedule.block_end[:, t] if fixed else current_block_end(open_, schedule.kept, block)
-        boundary = t > 0 and bool((block_end[live] != ends[live]).any())  # a live row's block changes at t
-        ends = block_end
+            return False
+        t, shape, mask_id = self.t, self.shape, self.mask_id
+        self.used += live
+        block_end = self.schedule.block_end[:, t] if self.fixed else current_block_end(open_, self.schedule.kept,
+                                                                                       self.block)  # fmt: skip
+        boundary = t > 0 and bool((block_end[live] != self.ends[live]).any())  # a live row's block changes at t
+        self.ends = block_end
         # the full-depth step zero already predicted step 0 (docs/DESIGN.md "Seer, exactly")
-        if t == 0 and step0 is not None:
-            x0 = np.where(window, step0[0][:, :width], mask_id)
-            conf = np.where(window, step0[1][:, :width], -np.inf)
+        if t == 0 and self.step0 is not None:
+            x0 = np.where(self.window, self.step0[0][:, : shape[1]], mask_id)
+            conf = np.where(self.window, self.step0[1][:, : shape[1]], -np.inf)
         else:
-            layout = _reform(layout, live, kv, cost)
-            feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(x, mask_id),
+            self.layout = layout = _reform(self.layout, live, self.kv, self.cost)
+            feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(self.x, mask_id),
                      "segment_ids": layout.segment_ids, "position_ids": layout.position_ids}  # fmt: skip
-            past, refresh = kv.plan(t, boundary)
-            out = backend.run(decoder.graph, {**feeds, **past}, None if refresh and kv.stores else reads)
+            past, refresh = self.kv.plan(t, boundary)
+            out = self.backend.run(self.decoder.graph, {**feeds, **past},
+                                   None if refresh and self.kv.stores else self.reads)  # fmt: skip
             if refresh:
-                kv.store(t, out)
-                refreshes += live
-            x0, conf = decoder(out, layout, t, shape, mask_id)
-        eligible = open_ & live[:, None] & (positions < block_end[:, None])
+                self.kv.store(t, out)
+                self.refreshes += live
+            x0, conf = self.decoder(out, layout, t, shape, mask_id)
+        eligible = open_ & live[:, None] & (self.positions < block_end[:, None])
         conf = np.where(eligible, conf.astype(np.float64), -np.inf)
-        x = np.where(commit(rule, conf, eligible, schedule.count(t, open_.sum(1))), x0, x)
-        if stop_id is not None:
-            stop = np.where(x == stop_id, positions, width).min(1)
-    return Denoised(x, used, refreshes, tuple(kv.errors))
+        chosen = commit(self.rule, conf, eligible, self.schedule.count(t, open_.sum(1)))
+        self.x = np.where(chosen, x0, self.x)
+        if self.stop_id is not None:
+            self.stop = np.where(self.x == self.stop_id, self.positions, shape[1]).min(1)
+        self.t += 1
+        return True
+
+    def result(self) -> Denoised:
+        return Denoised(self.x, self.used, self.refreshes, tuple(self.kv.errors))
+
+
+def denoise(
+    backend: Backend,
+    layout: Layout,
+    schedule: Schedule,
+    decoder: Decoder,
+    mask_id: int,
+    step0: tuple[np.ndarray, np.ndarray] | None = None,
+    stop_id: int | None = None,
+    cache: CacheConfig = EXACT,
+    rule: tuple[str, float | None] = ("fixed", None),
+    block_length: int | None = None,
+    cost: CostModel | None = None,
+    logit_shift: int = 0,
+) -> Denoised:
+    """Denoise a group's answer windows: ``Loop``'s steps until no row is live (its arguments)."""
+    loop = Loop(backend, layout, schedule, decoder, mask_id, step0, stop_id, cache, rule, block_length, cost,
+                logit_shift)  # fmt: skip
+    while loop.step():
+        pass
+    return loop.result()
 
 
 def _reform(layout: Layout, live: np.ndarray, kv: GroupCache, cost: CostModel | None) -> Layout:

@@ -38,7 +38,7 @@ from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache, check_dispatch
 from seer_trt.runtime import costs
 from seer_trt.runtime.boundary import detect
-from seer_trt.runtime.denoise import Greedy, Sampled, denoise
+from seer_trt.runtime.denoise import Greedy, Loop, Sampled
 from seer_trt.runtime.detokenize import detokenize
 from seer_trt.runtime.dispatch import CostModel, DispatchPlan, plan_dispatch
 from seer_trt.runtime.embed import Embedder, PromptEmbeds
@@ -86,6 +86,25 @@ class BatchOutput:
     plans: tuple[DispatchPlan, ...]  # one per group of requests sharing generation settings
     # (reuse, forecast or None) relative K/V error a cache's drift gate measured at each refresh it checked
     kv_errors: tuple[tuple[float, float | None], ...] = ()
+
+
+@dataclasses.dataclass(eq=False)
+class GroupRun:
+    """A group started (``SeerPipeline.start_group``): its rows' kept windows and one ``Loop`` per dispatched part."""
+
+    group: GroupPlan
+    kept: np.ndarray  # [R] each row's L*
+    dispatch: DispatchPlan
+    parts: tuple[tuple[np.ndarray, Loop], ...]  # (the part's row indices in the group, its loop)
+    clock: dict[str, float]  # seconds per stage
+
+    def where(self, row: int) -> tuple[int, Loop]:
+        """The loop holding the group's ``row``, and the row's index in it."""
+        for rows, loop in self.parts:
+            hit = np.flatnonzero(rows == row)
+            if len(hit):
+                return int(hit[0]), loop
+        raise IndexError(row)
 
 
 class SeerPipeline:
@@ -336,6 +355,18 @@ class SeerPipeline:
     def _run_group(self, group: GroupPlan, policy: str) -> tuple[list[Result], DispatchPlan, list]:
         """Step zero, boundary, schedule, dispatch, denoising and detokenizing of one group; also the K/V errors
         its cache's drift gate measured."""
+        run = self.start_group(group, policy)
+        t0 = time.perf_counter()
+        for _, loop in run.parts:
+            while loop.step():
+                pass
+        run.clock["denoise"] = time.perf_counter() - t0
+        errors = [e for _, loop in run.parts for e in loop.kv.errors]
+        return self.results(run, np.arange(len(group.rows))), run.dispatch, errors
+
+    def start_group(self, group: GroupPlan, policy: str) -> GroupRun:
+        """A group up to its first denoising step: step zero, boundary, schedule, dispatch and one ``Loop`` per
+        dispatched part, ready to step (``_run_group`` steps them to the end; the engine, side by side with others)."""
         gen, special, n = group.gen, self.manifest.special_tokens, group.gen.gen_length
         embeds = [p.embeds for p in group.prompts]
         rows_n = len(embeds)
@@ -358,33 +389,36 @@ class SeerPipeline:
                                  schedule.steps, self.buckets, policy, self.tau_pad, self.short, self.cost,
                                  self.backend.max_shape("denoise"))  # fmt: skip
         clock["dispatch"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        tokens = np.full((rows_n, n), special.mask_id, dtype=np.int64)
-        used = np.zeros(rows_n, dtype=np.int64)  # steps each row took part in
-        refreshes = np.zeros(rows_n, dtype=np.int64)  # of those, the ones that computed the row's prompt
-        errors = []
+        parts = []
         for part in dispatch.groups:
             rows = np.array(part.rows)
-            members = [embeds[r] for r in rows]
             t1 = time.perf_counter()
-            layout = self.layout(part.path, members, kept[rows], part.prompt_len, part.gen_len, tails[rows])
+            layout = self.layout(part.path, [embeds[r] for r in rows], kept[rows], part.prompt_len, part.gen_len,
+                                 tails[rows])  # fmt: skip
             clock["packing"] += time.perf_counter() - t1
-            decoder = self.decoder(gen, group.seeds[rows])
             part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
-            out = denoise(self.backend, layout, schedule.rows(rows), decoder, special.mask_id, part_step0,
-                          special.eot_id if group.early_stop else None, group.cache, gen.rule, gen.block_length,
-                          self.cost, self.manifest.model.logit_shift)  # fmt: skip
-            tokens[rows, : out.tokens.shape[1]] = out.tokens
-            used[rows] = out.steps
-            refreshes[rows] = out.refreshes
-            errors += out.kv_errors
-        clock["denoise"] = time.perf_counter() - t0 - clock["packing"]
+            loop = Loop(self.backend, layout, schedule.rows(rows), self.decoder(gen, group.seeds[rows]),
+                        special.mask_id, part_step0, special.eot_id if group.early_stop else None, group.cache,
+                        gen.rule, gen.block_length, self.cost, self.manifest.model.logit_shift)  # fmt: skip
+            parts.append((rows, loop))
+        return GroupRun(group, kept, dispatch, tuple(parts), clock)
+
+    def results(self, run: GroupRun, rows: np.ndarray) -> list[Result]:
+        """The Results of a started group's ``rows`` (indices into the group) as their loops hold them now."""
+        special, n = self.manifest.special_tokens, run.group.gen.gen_length
+        tokens = np.full((len(rows), n), special.mask_id, dtype=np.int64)
+        used, refreshes = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+        for i, r in enumerate(rows):
+            j, loop = run.where(int(r))
+            k = int(run.kept[r])
+            tokens[i, :k] = loop.x[j, :k]
+            used[i], refreshes[i] = loop.used[j], loop.refreshes[j]
         t0 = time.perf_counter()
+        kept = run.kept[rows]
         answers = detokenize(tokens, kept, self.prompts.tokenizer, special.eot_id)
-        clock["detokenize"] = time.perf_counter() - t0
-        results = [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(clock), refreshes=int(r))
-                   for (a, text), row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
-        return results, dispatch, errors
+        run.clock["detokenize"] = time.perf_counter() - t0
+        return [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(run.clock), refreshes=int(r))
+                for (a, text), row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
 
     def tails(self, kept: np.ndarray, gen_length: int, prompt_lengths: list[int]) -> np.ndarray:
         """[R] end-tail positions of a group's rows (docs/DESIGN.md "Seer, exactly"): ``seer.tail`` of each cut row's

@@ -6,7 +6,7 @@ In:  a ``POST /v1/chat/completions`` body: ``messages`` (an optional system turn
      model has (``max_tokens`` / ``max_completion_tokens``: the answer window, ``temperature``, ``seed``,
      ``stream``, ``stream_options``, ``n`` = 1) and seer-trt's own (``seer``, ``early_stop``, ``decoding``,
      ``steps``).
-Out: a ``Request`` for the scheduler; the bodies of ``chat.completion``, of a stream's ``chat.completion.chunk``s
+Out: a ``Request`` for the engine; the bodies of ``chat.completion``, of a stream's ``chat.completion.chunk``s
      (``TextStream`` turns answer ids as they become final into text deltas) and of OpenAI's error object.
 
 Multi-turn conversations are refused: the runtime's prompt format (``seer_trt.runtime.prompt.ChatFormat``) places
@@ -104,6 +104,8 @@ class ChatRequest(BaseModel):
     # what ranks positions: low_confidence | random (sampling exports) | Dream's topk_margin | entropy
     remasking: str | None = Field(None, max_length=32)
     steps: int | None = Field(None, ge=1)  # denoising steps over N
+    cache: str | None = Field(None, max_length=16)  # the prompt K/V cache: none | reuse | forecast
+    refresh_interval: int | None = Field(None, ge=1)  # steps between the cache's refreshes of the prompt
 
 
 UNION_TAGS = {"str", "int", "float", "bool", "none", "TextPart", "ImagePart"}
@@ -139,7 +141,7 @@ def parse(body: bytes) -> ChatRequest:
             raise ApiError(f"the body is not JSON ({first['msg']}); send a JSON object", 400) from None
         if first["type"] == "extra_forbidden":
             raise ApiError(f"unknown field {param}; this server takes {sorted(ChatRequest.model_fields)} (seer-trt's "
-                           f"own: seer, early_stop, decoding, remasking, steps)", 400, param) from None  # fmt: skip
+                           f"own: seer, early_stop, decoding, remasking, steps, cache, refresh_interval)", 400, param) from None  # fmt: skip
         raise ApiError(f"{param or 'the body'}: {first['msg']}", 400, param) from None
 
 
@@ -247,8 +249,9 @@ def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, by
     prompt = text_of(chat.messages[turns[-1]].content, f"messages[{turns[-1]}].content", images, decode)
     options = {"gen_length": chat.max_completion_tokens or chat.max_tokens, "steps": chat.steps,
                "temperature": chat.temperature, "decoding": chat.decoding, "remasking": chat.remasking, "seer": chat.seer,
-               "early_stop": chat.early_stop, "seed": chat.seed}  # fmt: skip
-    return Request(prompt, image=images[0] if images else None, system=system, history=history, cache="none",
+               "early_stop": chat.early_stop, "seed": chat.seed, "cache": chat.cache,
+               "refresh_interval": chat.refresh_interval}  # fmt: skip
+    return Request(prompt, image=images[0] if images else None, system=system, history=history,
                    **{k: v for k, v in options.items() if v is not None})  # fmt: skip
 
 
@@ -269,6 +272,8 @@ class SeerInfo(BaseModel):
     gen_length: int  # N
     kept: int  # L*: answer positions denoised
     denoise_steps: int  # denoising steps used
+    cache: str  # the prompt K/V cache policy it ran under: none | reuse | forecast
+    refreshes: int  # of its steps, the graph calls that computed its prompt
 
 
 class AssistantMessage(BaseModel):
@@ -332,11 +337,12 @@ def finish_reason(result: Result, eot_id: int) -> Literal["stop", "length"]:
     return "stop" if eot_id in result.window else "length"
 
 
-def seer_info(request: Request, gen, result: Result) -> SeerInfo:
-    """seer-trt's settings of ``request`` as run (``gen``: its ``GenerationConfig``), with L* and steps used."""
+def seer_info(request: Request, gen, cache: str, result: Result) -> SeerInfo:
+    """seer-trt's settings of ``request`` as run (``gen``: its ``GenerationConfig``; ``cache``: its cache policy's
+    mode), with L*, the steps used and the prompt's refreshes."""
     return SeerInfo(seer=bool(request.seer), early_stop=bool(request.early_stop), decoding=gen.decoding,
-                    steps=gen.steps, gen_length=gen.gen_length, kept=result.kept,
-                    denoise_steps=result.steps)  # fmt: skip
+                    steps=gen.steps, gen_length=gen.gen_length, kept=result.kept, denoise_steps=result.steps,
+                    cache=cache, refreshes=result.refreshes)  # fmt: skip
 
 
 def usage(prompt_tokens: int, result: Result) -> Usage:

@@ -1,12 +1,12 @@
-"""``seer-serve``'s HTTP API: OpenAI-compatible chat completions over a ``StepScheduler`` (docs/DESIGN.md "Serving
+"""``seer-serve``'s HTTP API: OpenAI-compatible chat completions over a ``Engine`` (docs/DESIGN.md "Serving
 and embedding"), on FastAPI and uvicorn.
 
-In:  HTTP requests; a started ``StepScheduler`` over one ``SeerPipeline`` (the caller owns both).
+In:  HTTP requests; a started ``Engine`` over one ``SeerPipeline`` (the caller owns both).
 Out: ``POST /v1/chat/completions`` (one JSON body, or Server-Sent Events with ``stream``), ``GET /v1/models``,
      ``GET /health``, ``GET /metrics`` (Prometheus text); every error as OpenAI's ``{"error": {...}}`` body.
 
     client ─► Guard (API key; body bytes bounded before parsing) ─► route ─► chat.parse ─► Request
-           ─► scheduler.submit ─► engine thread: on_prefix(ids) / the ticket's future
+           ─► engine.submit ─► engine thread: on_prefix(ids) / the ticket's future
            ─► loop.call_soon_threadsafe ─► asyncio.Queue ─► JSON body, or one SSE chunk per newly final prefix
 
 A client that disconnects cancels its ticket (the row leaves at the next step boundary).
@@ -31,8 +31,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seer_trt.contracts.config import GenerationConfig
 from seer_trt.contracts.errors import ConfigError, InputError
+from seer_trt.runtime.engine import Cancelled, DeadlineExceeded, Engine, QueueFull, Ticket
 from seer_trt.runtime.request import Request, Result
-from seer_trt.runtime.scheduler import Cancelled, DeadlineExceeded, QueueFull, StepScheduler, Ticket
 from seer_trt.serving import chat
 from seer_trt.serving.chat import ApiError
 
@@ -52,7 +52,7 @@ def error_response(err: ApiError) -> JSONResponse:
 class Metrics:
     """What ``/metrics`` shows, in a registry of the app's own (several apps may live in one process)."""
 
-    def __init__(self, scheduler: StepScheduler) -> None:
+    def __init__(self, engine: Engine) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         r = self.registry = CollectorRegistry()
@@ -62,22 +62,22 @@ class Metrics:
         self.latency = Histogram("seer_http_request_seconds", "from the request's arrival to its last byte",
                                  ["route"], registry=r,
                                  buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
-        Gauge("seer_queue_depth", "requests waiting for admission", registry=r).set_function(lambda: scheduler.depth)
-        Gauge("seer_live_rows", "rows being denoised", registry=r).set_function(lambda: len(scheduler.rows))
+        Gauge("seer_queue_depth", "requests waiting for admission", registry=r).set_function(lambda: engine.depth)
+        Gauge("seer_live_rows", "rows being denoised", registry=r).set_function(lambda: len(engine.rows))
         self.rows = Histogram("seer_rows_per_step", "live rows of each engine step (read at each scrape)",
                               registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))  # fmt: skip
         self.steps = Histogram("seer_denoise_steps", "denoising steps per answered request", registry=r,
                                buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))  # fmt: skip
         self.kept = Histogram("seer_kept_positions", "L* (answer positions denoised) per answered request",
                               registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))  # fmt: skip
-        self.scheduler = scheduler
-        self._seen = scheduler.steps
+        self.engine = engine
+        self._seen = engine.steps
 
     def render(self) -> bytes:
         """The registry as Prometheus text, after observing the steps run since the last scrape."""
         from prometheus_client import generate_latest
 
-        steps, window = self.scheduler.steps, self.scheduler.rows_per_step
+        steps, window = self.engine.steps, self.engine.rows_per_step
         for rows in window[len(window) - min(steps - self._seen, len(window)) :]:
             self.rows.observe(rows)
         self._seen = steps
@@ -198,7 +198,7 @@ def outcome(future) -> Result:
 class Service:
     """What every request of one app shares."""
 
-    scheduler: StepScheduler
+    engine: Engine
     model: str  # the model name clients send
     eot_id: int  # <|eot_id|>: an answer that reached it inside the window finished with "stop"
     metrics: Metrics
@@ -210,7 +210,7 @@ class Service:
     image_url_timeout_s: float = 10.0  # one image URL's whole fetch, redirects included
 
     def ready(self) -> None:
-        if self.draining or not self.scheduler.running:
+        if self.draining or not self.engine.running:
             raise ApiError("the server is not ready (starting or shutting down); retry later", 503,
                            code="not_ready")  # fmt: skip
 
@@ -219,10 +219,10 @@ class Service:
                         "model_not_found")  # fmt: skip
 
 
-def create_app(scheduler: StepScheduler, model_name: str, api_key: str | None = None, timeout_s: float | None = None,
+def create_app(engine: Engine, model_name: str, api_key: str | None = None, timeout_s: float | None = None,
                allow_image_urls: bool = False, max_body_bytes: int | None = None,
                image_url_timeout_s: float = 10.0) -> FastAPI:  # fmt: skip
-    """The HTTP app over a scheduler (started and closed by the caller).
+    """The HTTP app over a engine (started and closed by the caller).
 
     Args:
         model_name: the only ``model`` the app answers (404 for others), what ``/v1/models`` lists.
@@ -232,9 +232,9 @@ def create_app(scheduler: StepScheduler, model_name: str, api_key: str | None = 
             otherwise they are answered 400. data: URLs always work.
         max_body_bytes: the largest request body (default ``body_limit`` of the pipeline's bounds).
     """
-    pipe = scheduler.pipe
+    pipe = engine.pipe
     tokenizer = pipe.prompts.tokenizer
-    service = Service(scheduler, model_name, pipe.manifest.special_tokens.eot_id, Metrics(scheduler),
+    service = Service(engine, model_name, pipe.manifest.special_tokens.eot_id, Metrics(engine),
                       lambda ids: tokenizer.decode(ids, skip_special_tokens=True), pipe.image_limits.bytes,
                       allow_image_urls, timeout_s, image_url_timeout_s=image_url_timeout_s)  # fmt: skip
     metrics, created = service.metrics, chat.now()
@@ -297,7 +297,7 @@ async def complete(service: Service, http: HttpRequest):
     body = chat.parse(await http.body())
     if body.model != service.model:
         raise service.unknown_model(body.model)
-    pipe = service.scheduler.pipe
+    pipe = service.engine.pipe
     fetched = None
     if service.allow_image_urls:
         fetched = {url: await fetch_image(url, param, service.image_bytes, service.image_url_timeout_s)
@@ -306,9 +306,10 @@ async def complete(service: Service, http: HttpRequest):
         request = chat.to_request(body, service.image_bytes, fetched)
         # settings and prompt checked before queueing (cheap; tokenizing off the event loop): a bad one is a 400
         # without a queue slot, and the prompt's ids are its usage
-        gen, prompt_ids = await asyncio.to_thread(
-            lambda: (pipe.generation(request), pipe.prompts.ids(request.prompt, request.image is not None,
-                                                                 request.system, request.history)))  # fmt: skip
+        gen, cache, prompt_ids = await asyncio.to_thread(
+            lambda: (pipe.generation(request), pipe.cache_for(request),
+                     pipe.prompts.ids(request.prompt, request.image is not None, request.system,
+                                      request.history)))  # fmt: skip
     except (InputError, ConfigError) as err:
         raise ApiError(str(err), 400) from None
     events: asyncio.Queue = asyncio.Queue()
@@ -320,12 +321,12 @@ async def complete(service: Service, http: HttpRequest):
 
     on_prefix = (lambda ids: post(("ids", ids))) if body.stream else None
     try:
-        ticket = service.scheduler.submit(request, on_prefix, service.timeout_s)
+        ticket = service.engine.submit(request, on_prefix, service.timeout_s)
     except QueueFull as err:
         raise ApiError(str(err), 429, code="queue_full") from None
     ticket.future.add_done_callback(lambda f: post(("done", f)))
     gone = asyncio.ensure_future(disconnected(http.receive))
-    reply = Reply(ticket, events, gone, request, gen, len(prompt_ids), service)
+    reply = Reply(ticket, events, gone, request, gen, cache.mode, len(prompt_ids), service)
     if body.stream:
         return await reply.stream(body.stream_options is not None and body.stream_options.include_usage)
     return await reply.whole()
@@ -369,9 +370,9 @@ class Reply:
     """One chat completion's answer, whole or streamed, from its ticket's events."""
 
     def __init__(self, ticket: Ticket, events: asyncio.Queue, gone: asyncio.Future, request: Request,
-                 gen: GenerationConfig, prompt_tokens: int, service: Service) -> None:  # fmt: skip
+                 gen: GenerationConfig, cache: str, prompt_tokens: int, service: Service) -> None:  # fmt: skip
         self.ticket, self.events, self.gone = ticket, events, gone  # gone: done once the client went away
-        self.request, self.gen, self.prompt_tokens = request, gen, prompt_tokens
+        self.request, self.gen, self.cache, self.prompt_tokens = request, gen, cache, prompt_tokens
         self.model, self.eot_id, self.metrics = service.model, service.eot_id, service.metrics
         self.decode = service.decode
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -400,7 +401,7 @@ class Reply:
             id=self.id, created=self.created, model=self.model,
             choices=[chat.Choice(message=chat.AssistantMessage(content=result.text),
                                  finish_reason=chat.finish_reason(result, self.eot_id))],
-            usage=chat.usage(self.prompt_tokens, result), seer=chat.seer_info(self.request, self.gen, result),
+            usage=chat.usage(self.prompt_tokens, result), seer=chat.seer_info(self.request, self.gen, self.cache, result),
         ).model_dump()  # fmt: skip
 
     async def stream(self, include_usage: bool):
@@ -447,7 +448,7 @@ class Reply:
                 if rest:
                     yield self._chunk(chat.Delta(content=rest))
                 yield self._chunk(chat.Delta(), chat.finish_reason(result, self.eot_id),
-                                  seer=chat.seer_info(self.request, self.gen, result))  # fmt: skip
+                                  seer=chat.seer_info(self.request, self.gen, self.cache, result))  # fmt: skip
                 if include_usage:
                     yield self._chunk(chat.Delta(), usage=chat.usage(self.prompt_tokens, result), choices=False)
                 yield "data: [DONE]\n\n"

@@ -1,0 +1,278 @@
+"""The engine: requests that arrive apart step side by side through the one loop (docs/DESIGN.md "Serving").
+
+In:  ``Request``s submitted at any time from any thread (``Engine.submit``), each with an optional callback for its
+     final prefix and a deadline; a ``SeerPipeline`` (its backend, buckets, cost model and defaults).
+Out: per request a ``Ticket``: the ``Result`` ``SeerPipeline.generate`` gives it when admitted with the same
+     requests, and, as they become final, the answer ids of its committed prefix.
+
+One engine thread loops over step boundaries:
+
+    admit: queued requests ─► SeerPipeline.plan (prompt, image, embed; grouped by settings) ─► start_group
+           (step zero batched, L*, schedule, dispatch) ─► a cohort of ``Loop``s
+    step:  every cohort's loops ─► Loop.step (one graph call each: its rows' rule, cache, sampling) ─► newly final
+           prefixes to their callbacks ─► finished rows retire
+
+Every setting steps here, as in ``generate``, because it is ``generate``'s own loop (``seer_trt.runtime.denoise``):
+greedy and sampled, every decoding rule and remasking, early stop, Seer, padded and oracle windows, and the prompt
+K/V cache with each cohort's cached prompt and refresh schedule. A request never runs outside a step, so a long or
+sampled one delays the others by its steps' time, not by its whole answer. Rows admitted at the same boundary with
+the same settings share graph calls (the dispatch policy groups them, as in ``generate``); rows admitted at other
+boundaries step in the same engine step but in calls of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import numpy as np
+
+from seer_trt.contracts.errors import SeerError, describe
+from seer_trt.runtime.pipeline import GroupRun
+from seer_trt.runtime.request import Request, Result
+
+Prefix = Callable[[list[int]], None]  # called from the engine thread with the ids newly final, in order
+
+
+class QueueFull(SeerError):
+    """The engine's queue holds as many requests as it may: try again later (HTTP 429)."""
+
+
+class Cancelled(SeerError):
+    """The request was cancelled (its client went away) before it finished."""
+
+
+class DeadlineExceeded(SeerError):
+    """The request ran past its deadline."""
+
+
+@dataclasses.dataclass(eq=False)
+class Ticket:
+    """A submitted request: its future ``Result`` and a way to cancel it."""
+
+    request: Request
+    on_prefix: Prefix | None
+    deadline: float | None  # time.monotonic() past which it fails
+    future: Future = dataclasses.field(default_factory=Future)
+    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
+    submitted: float = dataclasses.field(default_factory=time.monotonic)
+
+    def result(self, timeout: float | None = None) -> Result:
+        return self.future.result(timeout)
+
+    def cancel(self) -> None:
+        """Stop the request at the next step boundary (a client that disconnected)."""
+        self.cancelled.set()
+
+
+@dataclasses.dataclass(eq=False)
+class Cohort:
+    """Requests admitted at one boundary with the same settings: a started group and each row's ticket."""
+
+    run: GroupRun
+    tickets: list[Ticket]  # by the group's row index
+    prepare_s: tuple[float, ...]
+    sent: list[int]  # answer ids passed to each row's on_prefix so far
+    retired: np.ndarray  # [R] bool
+
+    def live(self) -> np.ndarray:
+        """[R] rows with steps to take."""
+        out = np.zeros(len(self.tickets), dtype=bool)
+        for rows, loop in self.run.parts:
+            out[rows] = loop.live
+        return out
+
+    def tokens(self, row: int) -> np.ndarray:
+        """[kept] the row's answer window as it stands."""
+        j, loop = self.run.where(row)
+        return loop.x[j, : int(self.run.kept[row])]
+
+
+class Engine:
+    """One engine loop over a pipeline: ``submit`` from any thread, ``start`` / ``close`` around it."""
+
+    def __init__(self, pipe, max_rows: int | None = None, max_queue: int = 256, policy: str | None = None) -> None:
+        """
+        Args:
+            pipe: a ``SeerPipeline``; its cost model is measured at ``start`` when its policy needs one.
+            max_rows: rows denoised together at most (default: the largest batch bucket x 4).
+            max_queue: requests waiting for admission at most; ``submit`` raises ``QueueFull`` past it.
+            policy: the dispatch policy of each admitted group (default: the pipeline's).
+        """
+        self.pipe = pipe
+        self.max_rows = max_rows or 4 * pipe.buckets.batch[-1]
+        self.policy = policy or pipe.policy
+        self.queue: queue.Queue[Ticket] = queue.Queue(max_queue)
+        self.cohorts: list[Cohort] = []
+        self.steps = 0  # engine steps run
+        self.rows_per_step: list[int] = []  # live rows of each step (a bounded window for metrics)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the client side ------------------------------------------------------------------------------------
+
+    def submit(self, request: Request, on_prefix: Prefix | None = None, timeout_s: float | None = None) -> Ticket:
+        """Queue ``request``; its ticket's future gets the ``Result`` (or ``Cancelled`` / ``DeadlineExceeded``).
+
+        Raises:
+            QueueFull: ``max_queue`` requests are waiting already.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ticket = Ticket(request, on_prefix, deadline)
+        try:
+            self.queue.put_nowait(ticket)
+        except queue.Full:
+            raise QueueFull(f"{self.queue.maxsize} requests are waiting; retry later") from None
+        self._wake.set()
+        return ticket
+
+    def generate(self, request: Request, timeout_s: float | None = None) -> Result:
+        return self.submit(request, timeout_s=timeout_s).result()
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting for admission."""
+        return self.queue.qsize()
+
+    @property
+    def rows(self) -> list[Ticket]:
+        """The tickets of the rows admitted and not yet retired."""
+        return [t for c in self.cohorts for t, done in zip(c.tickets, c.retired, strict=True) if not done]
+
+    @property
+    def running(self) -> bool:
+        """The engine loop is up and not stopping (what a health check reports)."""
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
+    def start(self) -> Engine:
+        if self.policy == "cost_model" and self.pipe.cost is None:
+            self.pipe.calibrate_costs()
+        self._thread = threading.Thread(target=self._loop, name="seer-engine", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the loop; requests still queued or running fail with ``Cancelled``."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for ticket in self.rows:
+            _fail(ticket, Cancelled("the server is shutting down"))
+        self.cohorts = []
+        while not self.queue.empty():
+            _fail(self.queue.get_nowait(), Cancelled("the server is shutting down"))
+
+    # --- the engine -----------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self.cohorts and self.queue.empty():
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                self.step()
+            except Exception as err:  # noqa: BLE001 - a failed step fails its rows, never the loop
+                for ticket in self.rows:
+                    _fail(ticket, SeerError(f"the step failed ({type(err).__name__}: {describe(err)})"))
+                self.cohorts = []
+
+    def step(self) -> None:
+        """One step boundary: admit, one step of every cohort's live rows, retire the finished ones."""
+        self._admit()
+        now = time.monotonic()
+        stepped = 0
+        for cohort in self.cohorts:
+            for i, ticket in enumerate(cohort.tickets):
+                if cohort.retired[i]:
+                    continue
+                if ticket.cancelled.is_set():
+                    self._retire(cohort, i, Cancelled("cancelled"))
+                elif ticket.deadline is not None and now > ticket.deadline:
+                    self._retire(cohort, i, DeadlineExceeded("the request ran past its deadline"))
+            for rows, loop in cohort.run.parts:
+                loop.drop(np.flatnonzero(cohort.retired[rows]))
+                live = int(loop.live.sum())
+                if live and loop.step():
+                    stepped += live
+            live = cohort.live()
+            for i in np.flatnonzero(~cohort.retired):
+                self._emit(cohort, int(i))
+                if not live[i]:
+                    self._retire(cohort, int(i))
+        self.cohorts = [c for c in self.cohorts if not c.retired.all()]
+        if stepped:
+            self.steps += 1
+            self.rows_per_step = [*self.rows_per_step[-999:], stepped]
+
+    def _admit(self) -> None:
+        """Queued requests become cohorts, up to ``max_rows`` rows: planned (prepared and grouped by settings) as
+        ``generate`` plans a call, then each group started (step zero batched, L*, dispatch)."""
+        tickets: list[Ticket] = []
+        room = self.max_rows - len(self.rows)
+        while len(tickets) < room:
+            try:
+                ticket = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if ticket.cancelled.is_set():
+                _fail(ticket, Cancelled("cancelled"))
+            elif ticket.deadline is not None and time.monotonic() > ticket.deadline:
+                _fail(ticket, DeadlineExceeded("the request waited past its deadline"))
+            else:
+                tickets.append(ticket)
+        if not tickets:
+            return
+        plan = self.pipe.plan([t.request for t in tickets], self.policy)
+        if plan.needs_costs and self.pipe.cost is None:  # an engine stepped by hand, never started
+            self.pipe.calibrate_costs()
+        for i, (error, kind) in plan.failed.items():
+            tickets[i].future.set_result(Result.failed(error, kind))
+        for group in plan.groups:
+            members = [tickets[i] for i in group.rows]
+            try:
+                run = self.pipe.start_group(group, plan.policy)
+            except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
+                for ticket in members:
+                    ticket.future.set_result(Result.failed(f"{type(err).__name__}: {describe(err)}", "internal"))
+                continue
+            self.cohorts.append(Cohort(run, members, group.prepare_s, [0] * len(members),
+                                       np.zeros(len(members), dtype=bool)))  # fmt: skip
+
+    def _emit(self, cohort: Cohort, i: int) -> None:
+        """Pass on the answer ids that became final: those before the first position still masked."""
+        ticket = cohort.tickets[i]
+        if ticket.on_prefix is None:
+            return
+        special = self.pipe.manifest.special_tokens
+        x = cohort.tokens(i)
+        masked = np.flatnonzero(x == special.mask_id)
+        ids = x[: len(x) if len(masked) == 0 else int(masked[0])].tolist()
+        ids = ids[: ids.index(special.eot_id)] if special.eot_id in ids else ids
+        if len(ids) > cohort.sent[i]:
+            try:
+                ticket.on_prefix(ids[cohort.sent[i] :])
+            except Exception:  # noqa: BLE001 - a broken callback ends its own request, never the step
+                ticket.cancel()
+            cohort.sent[i] = len(ids)
+
+    def _retire(self, cohort: Cohort, i: int, error: SeerError | None = None) -> None:
+        cohort.retired[i] = True
+        ticket = cohort.tickets[i]
+        if error is not None:
+            _fail(ticket, error)
+            return
+        (result,) = self.pipe.results(cohort.run, np.array([i]))
+        seconds = {"preprocess": cohort.prepare_s[i], "queued_and_denoised": time.monotonic() - ticket.submitted}
+        ticket.future.set_result(dataclasses.replace(result, seconds=seconds))
+
+
+def _fail(ticket: Ticket, error: SeerError) -> None:
+    if not ticket.future.done():
+        ticket.future.set_exception(error)
