@@ -224,3 +224,27 @@ def test_a_2_1_exports_confidence_is_read_as_its_log():
     assert np.allclose(log_confidence({"confidence": np.array([1.0, 0.5])}), [0.0, np.log(0.5)])
     assert log_confidence({"log_confidence": np.array([-0.1])}).tolist() == [-0.1]
     assert log_confidence({"confidence": np.array([0.0])})[0] == -np.inf
+
+
+def test_top_p_draws_only_from_the_nucleus():
+    """A nucleus of mass 1e-9 holds the most probable id alone, so sampling at any temperature is the argmax; top_p 1
+    draws as without it; the confidence is the full softmax's either way."""
+    from seer_trt.runtime.denoise import Sampled, nucleus
+    from seer_trt.runtime.layout import padded_layout
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 5, 11)).astype(np.float32) * 3
+    layout = padded_layout([np.zeros((3, 4), np.float32)] * 2, np.array([5, 5]), 3, 5)
+    out = {"logits": logits}
+    seeds = np.array([1, 2])
+    tight = Sampled(1.5, "low_confidence", seeds, top_p=np.array([1e-9, 1e-9]))
+    x0, conf = tight(out, layout, 3, (2, 5), 99)
+    assert (x0 == logits.argmax(-1)).all()
+    free = Sampled(1.5, "low_confidence", seeds)
+    x1, conf1 = free(out, layout, 3, (2, 5), 99)
+    x2, conf2 = Sampled(1.5, "low_confidence", seeds, top_p=np.array([1.0, 1.0]))(out, layout, 3, (2, 5), 99)
+    assert (x1 == x2).all() and np.array_equal(conf1, conf2) and (x1 != x0).any()  # sampling did sample
+    assert np.allclose(conf, np.take_along_axis(logits - np.log(np.exp(logits).sum(-1, keepdims=True)),
+                                                x0[..., None], -1)[..., 0])  # fmt: skip
+    keep = nucleus(np.log(np.array([[[0.5, 0.3, 0.2]]])), np.array([0.6]))
+    assert keep.tolist() == [[[True, True, False]]]  # 0.5 < 0.6: the next id joins; 0.8 >= 0.6: none after it

@@ -169,6 +169,38 @@ def test_streamed_text_arrives_in_pieces_and_matches_seer_settings(url, pipe):
     assert whole.seer["gen_length"] == 32
 
 
+def test_sampling_top_p_stop_and_the_cache_as_openai_clients_send_them(url, pipe):
+    """temperature, seed and top_p reach the engine (the pipeline's answer with the same seed); stop ends the answer
+    before the sequence, whole and streamed alike; the response names the cache policy it ran under."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=REQUEST_TIMEOUT_S)
+    sampled = client.chat.completions.create(model=MODEL, messages=user("count to 7 ."), temperature=0.8, seed=11,
+                                             top_p=0.9)  # fmt: skip
+    assert sampled.choices[0].message.content == alone(pipe, "count to 7 .", temperature=0.8, seed=11, top_p=0.9)
+    assert sampled.seer["cache"] == pipe.cache.mode and sampled.seer["refreshes"] >= 1
+    uncached = client.chat.completions.create(model=MODEL, messages=user("count to 7 ."), extra_body={
+        "cache": "none", "decoding": "fixed"})  # fmt: skip
+    assert uncached.seer["cache"] == "none" and uncached.seer["refreshes"] == uncached.seer["denoise_steps"]
+    whole = client.chat.completions.create(model=MODEL, messages=user("count to 7 ."), stop=[" 5", "x"])
+    full = alone(pipe, "count to 7 .")
+    assert " 5" in full and whole.choices[0].message.content == full[: full.index(" 5")]
+    assert whole.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(model=MODEL, messages=user("count to 7 ."), stop=" 5", stream=True,
+                                            extra_body={"decoding": "fixed"})  # fmt: skip
+    chunks = [c for c in stream if c.choices]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == full[: full.index(" 5")]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    neutral = client.chat.completions.create(
+        model=MODEL,
+        messages=user("count to 7 ."),
+        logprobs=False,
+        presence_penalty=0,
+        frequency_penalty=0,
+        tools=None,
+        response_format={"type": "text"},
+    )  # what SDKs send by default
+    assert neutral.choices[0].message.content == full
+
+
 def test_a_conversation_is_answered_after_its_earlier_turns(http, pipe):
     turns = [{"role": "system", "content": "you count ."}, *user("count to 2 ."), {"role": "assistant", "content": "1 2"},
              *user("count to 3 .")]  # fmt: skip
@@ -198,6 +230,13 @@ def chat_body(**fields) -> dict:
 
 
 ERRORS = [  # (what, body or raw bytes, status, param)
+    ("tools", chat_body(tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tools"),
+    ("log-probabilities", chat_body(logprobs=True), 400, "logprobs"),
+    ("structured output", chat_body(response_format={"type": "json_object"}), 400, "response_format"),
+    ("a penalty", chat_body(presence_penalty=0.5), 400, "presence_penalty"),
+    ("five stop sequences", chat_body(stop=["a", "b", "c", "d", "e"]), 400, "stop"),
+    ("an empty stop sequence", chat_body(stop=""), 400, "stop"),
+    ("top_p of 0", chat_body(top_p=0), 400, "top_p"),
     ("not JSON", b"{not json", 400, None),
     ("no messages", {"model": MODEL}, 400, "messages"),
     ("empty messages", chat_body(messages=[]), 400, "messages"),

@@ -101,12 +101,15 @@ class Greedy:
 @dataclasses.dataclass(frozen=True)
 class Sampled:
     """Gumbel-max over ``denoise_logits`` in float64 (LLaDA's ``add_gumbel_noise``; argmax at temperature 0), ranked
-    by the prediction's log-probability, uniform noise (random remasking) or Dream's margin or negative entropy."""
+    by the prediction's log-probability, uniform noise (random remasking) or Dream's margin or negative entropy.
+    With ``top_p`` below 1 a row draws only among its nucleus: the most probable ids (at the temperature) whose
+    mass reaches ``top_p`` (OpenAI's and Hugging Face's ``top_p``); the confidence stays the full softmax's."""
 
     temperature: float
     remasking: str  # "low_confidence" | "random"
     seeds: np.ndarray  # [n] one seed per row
     graph: str = "denoise_logits"
+    top_p: np.ndarray | None = None  # [n] nucleus mass per row; None: 1 for every row
 
     def __call__(self, out, layout, step, shape, mask_id):
         logits = layout.gather(out["logits"], (*shape, out["logits"].shape[-1]), 0.0).astype(np.float64)
@@ -114,7 +117,10 @@ class Sampled:
         shifted = logits - logits.max(-1, keepdims=True)  # same argmax, no overflow in exp
         if self.temperature > 0:
             gumbel = (-np.log(uniform(self.seeds, 2 * step, positions, logits.shape[-1]))) ** self.temperature
-            x0 = np.argmax(np.exp(shifted) / gumbel, axis=-1)
+            drawn = np.exp(shifted)
+            if self.top_p is not None and (np.asarray(self.top_p) < 1).any():
+                drawn = drawn * nucleus(shifted / self.temperature, np.asarray(self.top_p, dtype=np.float64))
+            x0 = np.argmax(drawn / gumbel, axis=-1)
         else:
             x0 = np.argmax(logits, axis=-1)
         if self.remasking == "random":
@@ -126,6 +132,19 @@ class Sampled:
         picked = np.take_along_axis(shifted, x0[..., None], -1)[..., 0]
         with np.errstate(divide="ignore"):
             return x0, picked - np.log(np.exp(shifted).sum(-1))  # log softmax of x0, float64
+
+
+def nucleus(scaled: np.ndarray, top_p: np.ndarray) -> np.ndarray:
+    """[n, L, V] bool: per row and position the smallest set of most probable ids under softmax(``scaled``) whose
+    mass reaches the row's ``top_p`` [n] (the most probable id always; ties to the lower id)."""
+    p = np.exp(scaled - scaled.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    order = np.argsort(-p, axis=-1, kind="stable")
+    ranked = np.take_along_axis(p, order, -1)
+    before = np.cumsum(ranked, -1) - ranked  # the mass of the ids ranked above each
+    keep = np.empty(p.shape, dtype=bool)
+    np.put_along_axis(keep, order, before < top_p[:, None, None], -1)
+    return keep
 
 
 def dream_score(p: np.ndarray, remasking: str) -> np.ndarray:

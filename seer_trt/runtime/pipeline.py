@@ -65,6 +65,7 @@ class GroupPlan:
     prompts: tuple[PromptEmbeds, ...]  # [R] their prompt embeddings
     prepare_s: tuple[float, ...]  # [R] seconds each took to prepare (prompt, image, embed)
     seeds: np.ndarray  # [R] int64 sampling seeds
+    top_p: np.ndarray  # [R] float64 nucleus masses of sampling
     windows: np.ndarray  # [R] int64 kept positions of mode "window" (gen_length otherwise)
 
 
@@ -309,6 +310,7 @@ class SeerPipeline:
             GroupPlan(gen, mode, early_stop, cache, rows=tuple(i for i, *_ in members),
                       prompts=tuple(p for _, _, p, _ in members), prepare_s=tuple(s for *_, s in members),
                       seeds=np.array([r.seed for _, r, _, _ in members], dtype=np.int64),
+                      top_p=np.array([r.top_p for _, r, _, _ in members], dtype=np.float64),
                       windows=np.array([r.window or gen.gen_length for _, r, _, _ in members], dtype=np.int64))
             for (gen, mode, early_stop, cache), members in ready.items()
         )  # fmt: skip
@@ -397,7 +399,7 @@ class SeerPipeline:
                                  tails[rows])  # fmt: skip
             clock["packing"] += time.perf_counter() - t1
             part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
-            loop = Loop(self.backend, layout, schedule.rows(rows), self.decoder(gen, group.seeds[rows]),
+            loop = Loop(self.backend, layout, schedule.rows(rows), self.decoder(gen, group.seeds[rows], group.top_p[rows]),
                         special.mask_id, part_step0, special.eot_id if group.early_stop else None, group.cache,
                         gen.rule, gen.block_length, self.cost, self.manifest.model.logit_shift)  # fmt: skip
             parts.append((rows, loop))
@@ -458,12 +460,12 @@ class SeerPipeline:
         greedy = gen.temperature == 0 and gen.remasking == "low_confidence"
         return "denoise" if greedy or self.in_graph_score(gen) else "denoise_logits"
 
-    def decoder(self, gen: GenerationConfig, seeds: np.ndarray):
-        """The loop's ``Decoder`` for ``gen`` (``seeds``: one per row, for sampling)."""
+    def decoder(self, gen: GenerationConfig, seeds: np.ndarray, top_p: np.ndarray | None = None):
+        """The loop's ``Decoder`` for ``gen`` (``seeds``, ``top_p``: one per row, for sampling)."""
         if gen.temperature == 0 and gen.remasking == "low_confidence":
             return Greedy()
         score = self.in_graph_score(gen)
-        return Greedy(score) if score else Sampled(gen.temperature, gen.remasking, seeds)
+        return Greedy(score) if score else Sampled(gen.temperature, gen.remasking, seeds, top_p=top_p)
 
     def close(self) -> None:
         self.backend.close()

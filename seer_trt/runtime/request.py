@@ -112,6 +112,7 @@ class Request:
     refresh_interval: int | None = None  # steps between prompt computations under a cache; None: the pipeline's
     window: int | None = None  # cut the window to this many positions without step zero (the oracle: true length)
     seed: int = 0  # sampling noise of this request (temperature > 0 or random remasking)
+    top_p: float = 1.0  # nucleus sampling (temperature > 0): draw from the smallest set of ids holding this mass
     system: str | None = None  # system message instead of the export's ("" for none); text, like the prompt
     history: tuple[tuple[str, str], ...] = ()  # earlier turns, oldest first: ("user" | "assistant", text), text only
 
@@ -131,6 +132,9 @@ class Request:
                 raise InputError(f"{name} is {value!r}; expected a whole number")
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise InputError(f"seed is {self.seed!r}; expected a whole number in [0, 2**63)")
+        t = self.top_p
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not 0 < t <= 1:
+            raise InputError(f"top_p is {t!r}; expected a number in (0, 1] (1: the whole vocabulary)")
         if self.cache is not None and not isinstance(self.cache, CacheConfig) and self.cache not in CACHE_MODES:
             raise InputError(f"cache is {self.cache!r}; expected one of {list(CACHE_MODES)} or a CacheConfig")
         for name in ("seer", "early_stop"):

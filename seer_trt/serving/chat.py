@@ -97,6 +97,19 @@ class ChatRequest(BaseModel):
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)  # answers per request: 1 only
     user: str | None = None  # accepted, unused
+    top_p: float | None = Field(None, gt=0, le=1)  # nucleus sampling at temperature > 0
+    stop: str | list[str] | None = None  # up to 4 sequences: the answer ends before the first of them
+    # OpenAI fields this model cannot honour: accepted at their neutral value, one clear 400 otherwise (UNSUPPORTED)
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None
+    logit_bias: dict[str, Any] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     # seer-trt's own settings (the openai client's extra_body), echoed under "seer" in the response
     seer: bool | None = None  # False: the padded loop over all N positions
     early_stop: bool | None = None  # LLaDA-V's stopping rule at <|eot_id|>
@@ -208,6 +221,44 @@ def remote_images(chat: ChatRequest) -> list[tuple[str, str]]:
     return out
 
 
+# field -> (is it at its neutral value, why it is refused otherwise)
+UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "tools": (lambda v: not v, "this model does not call tools; send the conversation without tools"),
+    "tool_choice": (lambda v: v in (None, "none"), "this model does not call tools"),
+    "functions": (lambda v: not v, "this model does not call functions"),
+    "function_call": (lambda v: v in (None, "none"), "this model does not call functions"),
+    "logprobs": (lambda v: not v, "log-probabilities of the answer are not returned: a diffusion model commits "
+                                  "tokens out of order, with no per-token sampling distribution to report"),
+    "top_logprobs": (lambda v: v is None, "log-probabilities of the answer are not returned"),
+    "response_format": (lambda v: v is None or v.get("type") == "text",
+                        "structured output (json_object, json_schema) is not supported; send type text or none"),
+    "logit_bias": (lambda v: not v, "logit_bias is not supported"),
+    "presence_penalty": (lambda v: not v, "penalties are not supported; send 0 or none"),
+    "frequency_penalty": (lambda v: not v, "penalties are not supported; send 0 or none"),
+}  # fmt: skip
+MAX_STOP = 4  # OpenAI's bound on stop sequences
+
+
+def stops(chat: ChatRequest) -> tuple[str, ...]:
+    """The body's stop sequences.
+
+    Raises:
+        ApiError: 400, more than four, or an empty one.
+    """
+    seqs = () if chat.stop is None else (chat.stop,) if isinstance(chat.stop, str) else tuple(chat.stop)
+    if len(seqs) > MAX_STOP:
+        raise ApiError(f"stop has {len(seqs)} sequences; send at most {MAX_STOP}", 400, "stop")
+    if any(not q for q in seqs):
+        raise ApiError("stop holds an empty sequence; every stop sequence needs a character", 400, "stop")
+    return seqs
+
+
+def cut_at_stop(text: str, seqs: tuple[str, ...]) -> tuple[str, bool]:
+    """``text`` up to (without) the first of ``seqs`` in it, and whether one was there."""
+    hits = [i for i in (text.find(q) for q in seqs) if i >= 0]
+    return (text[: min(hits)], True) if hits else (text, False)
+
+
 def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, bytes] | None = None) -> Request:
     """The ``Request`` of a chat body: its last message the user's prompt, the turns before it its ``history``, a
     system message its ``system``.
@@ -218,6 +269,10 @@ def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, by
     """
     if chat.n != 1:
         raise ApiError(f"n is {chat.n}; this server answers one choice per request (n = 1)", 400, "n")
+    for name, (neutral, why) in UNSUPPORTED.items():
+        if not neutral(getattr(chat, name)):
+            raise ApiError(f"{name}: {why}", 400, name)
+    stops(chat)
     windows = {w for w in (chat.max_tokens, chat.max_completion_tokens) if w is not None}
     if len(windows) > 1:
         raise ApiError(f"max_tokens {chat.max_tokens} and max_completion_tokens {chat.max_completion_tokens} differ; "
@@ -250,7 +305,7 @@ def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, by
     options = {"gen_length": chat.max_completion_tokens or chat.max_tokens, "steps": chat.steps,
                "temperature": chat.temperature, "decoding": chat.decoding, "remasking": chat.remasking, "seer": chat.seer,
                "early_stop": chat.early_stop, "seed": chat.seed, "cache": chat.cache,
-               "refresh_interval": chat.refresh_interval}  # fmt: skip
+               "refresh_interval": chat.refresh_interval, "top_p": chat.top_p}  # fmt: skip
     return Request(prompt, image=images[0] if images else None, system=system, history=history,
                    **{k: v for k, v in options.items() if v is not None})  # fmt: skip
 
@@ -359,8 +414,10 @@ class TextStream:
     decoded, held back while that text does not extend what was sent (a character whose bytes are not all final,
     a merge a later id changes)."""
 
-    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = ()) -> None:
         self.decode = decode
+        self.stop = stop  # the answer ends before the first of these; text that may begin one is held back
+        self.stopped = False  # a stop sequence was met: nothing more is sent
         self.ids: list[int] = []
         self.sent = ""
 
@@ -373,6 +430,12 @@ class TextStream:
         return self._extend(text, hold_partial=False)
 
     def _extend(self, text: str, hold_partial: bool) -> str:
+        if self.stopped:
+            return ""
+        text, self.stopped = cut_at_stop(text, self.stop)
+        if hold_partial and not self.stopped:  # a stop sequence may begin in the text's last characters
+            held = max((k for q in self.stop for k in range(1, len(q)) if text.endswith(q[:k])), default=0)
+            text = text[: len(text) - held]
         if not text.startswith(self.sent) or (hold_partial and text.endswith("\ufffd")):
             return ""
         delta, self.sent = text[len(self.sent) :], text

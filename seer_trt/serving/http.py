@@ -326,7 +326,7 @@ async def complete(service: Service, http: HttpRequest):
         raise ApiError(str(err), 429, code="queue_full") from None
     ticket.future.add_done_callback(lambda f: post(("done", f)))
     gone = asyncio.ensure_future(disconnected(http.receive))
-    reply = Reply(ticket, events, gone, request, gen, cache.mode, len(prompt_ids), service)
+    reply = Reply(ticket, events, gone, request, gen, cache.mode, len(prompt_ids), service, chat.stops(body))
     if body.stream:
         return await reply.stream(body.stream_options is not None and body.stream_options.include_usage)
     return await reply.whole()
@@ -370,9 +370,11 @@ class Reply:
     """One chat completion's answer, whole or streamed, from its ticket's events."""
 
     def __init__(self, ticket: Ticket, events: asyncio.Queue, gone: asyncio.Future, request: Request,
-                 gen: GenerationConfig, cache: str, prompt_tokens: int, service: Service) -> None:  # fmt: skip
+                 gen: GenerationConfig, cache: str, prompt_tokens: int, service: Service,
+                 stop: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.ticket, self.events, self.gone = ticket, events, gone  # gone: done once the client went away
         self.request, self.gen, self.cache, self.prompt_tokens = request, gen, cache, prompt_tokens
+        self.stop = stop
         self.model, self.eot_id, self.metrics = service.model, service.eot_id, service.metrics
         self.decode = service.decode
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -397,10 +399,11 @@ class Reply:
             result = self.result(event[1])
         finally:
             self._end()
+        text, stopped = chat.cut_at_stop(result.text, self.stop)
         return chat.ChatCompletion(
             id=self.id, created=self.created, model=self.model,
-            choices=[chat.Choice(message=chat.AssistantMessage(content=result.text),
-                                 finish_reason=chat.finish_reason(result, self.eot_id))],
+            choices=[chat.Choice(message=chat.AssistantMessage(content=text),
+                                 finish_reason="stop" if stopped else chat.finish_reason(result, self.eot_id))],
             usage=chat.usage(self.prompt_tokens, result), seer=chat.seer_info(self.request, self.gen, self.cache, result),
         ).model_dump()  # fmt: skip
 
@@ -426,7 +429,7 @@ class Reply:
         return f"data: {chunk.model_dump_json(exclude_none=True)}\n\n"
 
     async def _chunks(self, event, include_usage: bool):
-        text = chat.TextStream(self.decode)
+        text = chat.TextStream(self.decode, self.stop)
         try:
             yield self._chunk(chat.Delta(role="assistant", content=""))
             while event is not None:
@@ -447,7 +450,8 @@ class Reply:
                 rest = text.finish(result.text)
                 if rest:
                     yield self._chunk(chat.Delta(content=rest))
-                yield self._chunk(chat.Delta(), chat.finish_reason(result, self.eot_id),
+                finish = "stop" if text.stopped else chat.finish_reason(result, self.eot_id)
+                yield self._chunk(chat.Delta(), finish,
                                   seer=chat.seer_info(self.request, self.gen, self.cache, result))  # fmt: skip
                 if include_usage:
                     yield self._chunk(chat.Delta(), usage=chat.usage(self.prompt_tokens, result), choices=False)
