@@ -77,6 +77,43 @@ def test_the_character_bound_holds_every_prompt_the_bucket_can_take():
     assert len(text) <= 50 * longest and len(tok.encode(text, add_special_tokens=False).ids) >= len(text) / longest
 
 
+def test_turns_are_bounded_and_rendering_is_linear_in_them(monkeypatch):
+    """1,001 empty turns (issue 37: 23 s of CPU) are refused before any rendering; a conversation the bucket can hold
+    renders in two template passes whatever its length, with the same pieces the per-content renders give; a
+    template that changes content in another way still takes the per-content path."""
+    from seer_trt.runtime.prompt import ChatFormat
+
+    chat = ChatFormat.from_folder(FIXTURE)
+    fmt = PromptFormat.__new__(PromptFormat)
+    fmt.max_tokens, fmt.max_chars, fmt.max_turns = 512, 10**6, 128
+    many = tuple(("user", "") if i % 2 == 0 else ("assistant", "") for i in range(1000))
+    start = time.perf_counter()
+    with pytest.raises(InputError, match="the conversation has 1001 turns, more than the 128 accepted"):
+        fmt.check_length("count", None, many)
+    assert time.perf_counter() - start < 0.1
+    renders = []
+    real = ChatFormat._render
+    monkeypatch.setattr(ChatFormat, "_render", lambda self, r, c: renders.append(1) or real(self, r, c))
+    history = tuple((("user", f" q{i} ") if i % 2 == 0 else ("assistant", f"a{i} <|eot_id|>")) for i in range(126))
+    pieces = chat.segments(" count to 3 . ", "you count .", history)
+    assert len(renders) == 2
+    roles, slots = ["system", *(r for r, _ in history), "user"], [f"\x00slot {i}\x00" for i in range(128)]
+    base = real(chat, roles, slots)
+    alone = [
+        chat._placed_alone(roles, slots, base, i, text)
+        for i, text in enumerate(["you count .", *(t for _, t in history), " count to 3 . "])
+    ]
+    assert [t for t, role in pieces if role is not None] == alone  # the per-content renders' placement
+    calm = ChatFormat(chat.template.replace("| trim", "| trim | replace('!', '.')"), chat.bos_token)
+    renders.clear()
+    assert [t for t, role in calm.segments("q!", None, (("user", "a!"), ("assistant", "b"))) if role] == [
+        "a.",
+        "b",
+        "q.",
+    ]
+    assert len(renders) == 2 + 3  # the per-content path
+
+
 @pytest.mark.slow
 def test_a_50_mb_prompt_is_refused_at_once_through_the_python_api(fixture_export):
     got = child(f"""

@@ -179,12 +179,24 @@ def test_forecast_of_order_two_and_batch_of_one_equal_python(lib, folder, cpp_re
     assert any(r.steps >= 6 for r in python)  # a third snapshot was taken and forecast from
 
 
+def link_into(path: Path, dst: Path) -> None:
+    """``path`` into the export folder ``dst``: a file hard-linked (a symbolic link out of the folder is refused, as
+    an export must be: seer_trt/contracts/confined.py), a folder copied."""
+    if path.is_dir():
+        shutil.copytree(path, dst / path.name)
+    else:
+        try:
+            os.link(path, dst / path.name)
+        except OSError:  # another file system
+            shutil.copyfile(path, dst / path.name)
+
+
 def calibrated_copy(src: Path, dst: Path, seer: SeerConfig) -> Path:
     """The export with another calibration in its manifest (graph and weight files linked, not copied)."""
     dst.mkdir()
     for path in src.iterdir():
         if path.name != "manifest.json":
-            (dst / path.name).symlink_to(path)
+            link_into(path, dst)
     data = json.loads((src / "manifest.json").read_text())
     data["seer"] = seer.to_dict()
     (dst / "manifest.json").write_text(json.dumps(data))
@@ -265,7 +277,7 @@ def legacy_copy(src: Path, dst: Path, seer: SeerConfig | None = None) -> Path:
         if path.name == "weights.data":
             shutil.copyfile(path, dst / path.name)
         elif path.name not in ("manifest.json", "denoise.onnx"):
-            (dst / path.name).symlink_to(path)
+            link_into(path, dst)
     model = onnx.load(src / "denoise.onnx", load_external_data=False)
     next(o for o in model.graph.output if o.name == "log_confidence").name = "confidence"
     model.graph.node.append(onnx.helper.make_node("Exp", ["log_confidence"], ["confidence"], name="legacy_confidence"))
@@ -299,7 +311,7 @@ def with_decoding(src: Path, dst: Path, decoding) -> Path:
     dst.mkdir(exist_ok=True)
     for path in src.iterdir():
         if path.name != "manifest.json" and not (dst / path.name).exists():
-            (dst / path.name).symlink_to(path)
+            link_into(path, dst)
     data = json.loads((src / "manifest.json").read_text())
     data["generation"]["decoding"] = decoding
     (dst / "manifest.json").write_text(json.dumps(data))
@@ -357,7 +369,7 @@ def test_a_bad_decoding_fails_its_request_alone(cpp_build, cpp, folder, cpp_requ
 
 
 def run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
-    out = subprocess.run(args, capture_output=True, text=True, timeout=600, **kw)
+    out = subprocess.run(args, capture_output=True, text=True, timeout=kw.pop("timeout", 600), **kw)
     assert out.returncode >= 0, f"killed by signal {-out.returncode}: {out.stderr[-2000:]}"  # never a crash
     return out
 
@@ -941,3 +953,33 @@ def test_dream_schedule_shift_scores_and_cache_equal_python(lib, dream_export):
         refused = cpp.generate([{**cpp_requests[0], "remasking": "entropy", "decoding": "factor:1"}])[0]
         assert "decoding 'fixed'" in refused["error"] and "low_confidence" in refused["error"]
     py.close()
+
+
+HOSTILE_CPP = {  # kind (tests/test_confined.py) -> what seer_run says
+    "traversal": 'manifest entry graphs.denoise.file is "../../../../etc/passwd", a path outside the export folder',
+    "absolute path": 'manifest entry graphs.denoise.file is "/etc/passwd", a path outside the export folder',
+    "weights outside": 'manifest entry weights.file is "../../etc/passwd", a path outside the export folder',
+    "outside symlink": "graphs.denoise.file (denoise.onnx) resolves through a symbolic link to a file outside",
+    "fifo manifest": "the manifest manifest.json is not a regular file",
+    "fifo tokenizer": "tokenizer tokenizer.json is not a regular file",
+    "fifo index": "weights.index weights.json is not a regular file",
+    "huge bucket": "buckets.answer: at most 64 sizes of at most 65536",
+    "huge manifest": "the manifest manifest.json is 1073741824 bytes, more than the 16777216",
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_CPP))
+def test_a_hostile_export_is_refused_by_seer_run_in_one_line_at_once(cpp_build, folder, tmp_path, kind):
+    """The Python catalogue of hostile exports (tests/test_confined.py) through cpp/build/seer_run: exit 2, one line
+    naming the export and the entry, under a second, nothing opened outside the folder and no FIFO waited on."""
+    from test_confined import HOSTILE
+
+    d = broken_copy(folder, tmp_path / "engines")
+    HOSTILE[kind][0](d)
+    (tmp_path / "r.jsonl").write_text('{"prompt_ids": [1, 2]}\n')
+    start = time.monotonic()
+    out = run_cli([cpp_build / "seer_run", "--engines", d, "--input", tmp_path / "r.jsonl", "--ort-library",
+                   ort_library()], timeout=30)  # fmt: skip
+    assert time.monotonic() - start < 1.0
+    assert out.returncode == 2 and HOSTILE_CPP[kind] in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "root:" not in out.stderr  # no foreign file quoted

@@ -34,8 +34,9 @@ from seer_trt.eval.tasks import make_samples
 from seer_trt.runtime.engine import Cancelled, Engine
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request
-from seer_trt.serving.chat import TextStream
+from seer_trt.serving.chat import ApiError, TextStream
 from seer_trt.serving.http import create_app
+from seer_trt.serving.server import config as server_config
 
 pytestmark = pytest.mark.serving
 
@@ -64,11 +65,12 @@ TEXTS = ["count to 7 .", "repeat cat 3 times .", "count to 3 .", "count from 2 t
 
 
 @contextlib.contextmanager
-def serving(engine: Engine, **options) -> Iterator[str]:
-    """uvicorn on a free 127.0.0.1 port in a background thread, serving ``create_app(engine, MODEL, ...)``."""
+def serving(engine: Engine, header_timeout_s: float = 10.0, **options) -> Iterator[str]:
+    """uvicorn as seer-serve configures it (seer_trt.serving.server) on a free 127.0.0.1 port in a background
+    thread, serving ``create_app(engine, MODEL, ...)``."""
     app = create_app(engine, MODEL, **options)
     sock = listen("127.0.0.1", 0)  # seer-serve's own listening socket
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(server_config(app, header_timeout_s, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -302,7 +304,7 @@ def test_bad_requests_answer_their_status_and_an_openai_error_body(http, what, b
 
 
 @contextlib.contextmanager
-def image_host(image: bytes, limit: int) -> Iterator[str]:
+def image_host(image: bytes, limit: int, hits: list[str] | None = None) -> Iterator[str]:
     """A loopback HTTP server for image URLs: /ok.png, /missing, /declared-big (a Content-Length past ``limit``),
     /streamed-big (chunked, no length, past ``limit``), /slow (nothing for 5 s), /moved (a redirect to /ok.png)."""
     import http.server
@@ -314,6 +316,8 @@ def image_host(image: bytes, limit: int) -> Iterator[str]:
             pass
 
         def do_GET(self) -> None:
+            if hits is not None:
+                hits.append(self.path)
             if self.path == "/ok.png":
                 self._send(200, image, {"Content-Type": "image/png", "Content-Length": str(len(image))})
             elif self.path == "/moved":
@@ -376,6 +380,41 @@ def test_image_urls_are_fetched_only_when_allowed_within_size_and_time(engine, p
     with serving(engine) as base:  # the default: never fetched
         r = httpx.post(f"{base}/v1/chat/completions", json=body("http://127.0.0.1:9/x.png"), timeout=30)
         assert r.status_code == 400 and "--allow-image-urls" in r.json()["error"]["message"]
+
+
+def test_image_urls_are_fetched_only_for_a_request_that_is_otherwise_valid(engine, pipe):
+    """20 image URLs in one body (issue 37: 800 MB downloaded before the refusal), URLs in a message that will be
+    refused, n = 2: each a 400 with nothing fetched; a valid request fetches its one URL once, upper-case scheme too."""
+    image = png(IMAGES[0].image)
+    hits: list[str] = []
+    with image_host(image, pipe.image_limits.bytes, hits) as host, serving(engine, allow_image_urls=True) as base:
+        part = {"type": "image_url", "image_url": {"url": host + "/ok.png"}}
+        text = {"type": "text", "text": "how many shapes ?"}
+        refused = [
+            {"model": MODEL, "messages": [{"role": "user", "content": [text, *[part] * 20]}]},
+            {"model": MODEL, "messages": [{"role": "user", "content": [text, part]}, {"role": "assistant",
+             "content": "2"}, {"role": "user", "content": "and now ?"}]},
+            {"model": MODEL, "messages": [{"role": "user", "content": [text, part]}], "n": 2},
+        ]  # fmt: skip
+        with httpx.Client(base_url=base, timeout=REQUEST_TIMEOUT_S) as c:
+            for body in refused:
+                r = c.post("/v1/chat/completions", json=body)
+                assert r.status_code == 400, r.text
+            assert hits == []
+            upper = {"type": "image_url", "image_url": {"url": host.replace("http://", "HTTP://") + "/ok.png"}}
+            r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user",
+                                                                                    "content": [text, upper]}]})  # fmt: skip
+            assert r.status_code == 200 and hits == ["/ok.png"], r.text
+
+
+def test_a_data_image_of_exactly_the_bound_is_taken(engine):
+    from seer_trt.serving.chat import image_bytes
+
+    for n in (10, 11, 12):  # padding of 2, 1 and 0 characters
+        url = "data:image/png;base64," + base64.b64encode(b"x" * n).decode()
+        assert image_bytes(url, "p", n, None) == b"x" * n
+        with pytest.raises(ApiError, match=f"is {n} bytes, more than the {n - 1} accepted"):
+            image_bytes(url, "p", n - 1, None)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -670,3 +709,79 @@ def test_the_serving_bench_reports_every_way_the_headline_and_the_overhead(fixtu
         assert o["relative"] == pytest.approx(o["http_median_s"] / o["direct_median_s"] - 1)
     assert long["direct_median_s"] > 3 * short["direct_median_s"]  # a step per position of 64
     assert "server overhead, padded fixed-rule requests at 64 positions" in serving.table(report)
+
+
+# --- connections and bodies cannot hold the server (issue 37) ---------------------------------------------------
+
+
+def test_unfinished_headers_cannot_hold_the_server(engine, pipe):
+    """400 connections that never finish their headers (issue 37: 340 made every answer a 503): /health and a normal
+    request answer within a second beside them, and each is closed once the header deadline passes."""
+    import socket
+
+    with serving(engine, header_timeout_s=3.0) as base:
+        port = int(base.rsplit(":", 1)[1])
+        held = []
+        for _ in range(400):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # never finished
+            held.append(s)
+        opened = time.monotonic()
+        with httpx.Client(base_url=base, timeout=10) as c:
+            start = time.monotonic()
+            assert c.get("/health").status_code == 200 and c.head("/health").status_code == 200
+            r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": user("count to 3 .")})
+            assert r.status_code == 200 and time.monotonic() - start < 1.0, r.text
+        for s in held:  # closed by the server at the deadline: the read sees the end
+            s.settimeout(max(0.1, opened + 6.0 - time.monotonic()))
+            assert s.recv(1) == b""
+            s.close()
+
+
+def test_requests_in_flight_and_slow_bodies_are_bounded(engine):
+    """Past ``max_requests`` in flight a request is a 503 with Retry-After and OpenAI's error body; a body that does
+    not arrive in ``body_timeout_s`` is a 408; a long unknown model name is not echoed whole."""
+    import socket
+
+    with serving(engine, max_requests=1, body_timeout_s=1.0) as base:
+        port = int(base.rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{"
+        )  # its body never finishes: it holds the one slot
+        time.sleep(0.2)
+        with httpx.Client(base_url=base, timeout=10) as c:
+            busy = c.post("/v1/chat/completions", json={"model": MODEL, "messages": user("count to 3 .")})
+            assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
+            assert busy.json()["error"]["code"] == "overloaded" and c.get("/health").status_code == 200
+            slow.settimeout(5)
+            answer = b""
+            while b"}}" not in answer:  # the headers, then the JSON body
+                chunk = slow.recv(4096)
+                assert chunk, answer
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in answer
+            slow.close()
+            r = c.post("/v1/chat/completions", json={"model": "m" * 1_000_000, "messages": user("count to 3 .")})
+            assert r.status_code == 404 and len(r.text) < 400 and "(1000000 characters)" in r.text
+
+
+def test_bodies_in_flight_are_bounded_together(engine):
+    """Request bodies held at once count against one byte budget (issue 37: 16 bodies of 70 MB peaked at 2.36 GB):
+    past it a request is a 503 with Retry-After, and the budget comes back when the holder leaves."""
+    import socket
+
+    with serving(engine, max_held_bytes=1000) as base:
+        port = int(base.rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 900\r\n\r\n" + b" " * 800)  # 800 bytes held, 100 never sent
+        time.sleep(0.3)
+        body = {"model": MODEL, "messages": user("count to 3 ." + " " * 300)}
+        with httpx.Client(base_url=base, timeout=30) as c:
+            r = c.post("/v1/chat/completions", json=body)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1" and "bytes of requests" in r.text
+            slow.close()
+            time.sleep(0.3)
+            assert c.post("/v1/chat/completions", json=body).status_code == 200  # given back

@@ -152,10 +152,15 @@ Backend::Backend(const std::string& folder, const Manifest& manifest, const Opti
   const bool share = options.share_weights && options.provider == "cpu" && manifest.weights.has_value();
   if (share) {
     const WeightsInfo& info = *manifest.weights;
-    const std::string path = folder + "/" + info.file;
+    const std::string path = export_path(folder, info.file, "weights.file");
     weights_ = std::make_unique<Mapping>();
     struct stat st {};
-    int fd = open(path.c_str(), O_RDONLY);
+    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+      close(fd);
+      throw manifest_error("export " + folder + ": weights.file " + info.file +
+                           " is not a regular file (a FIFO, device, socket or folder); re-export with seer-export");
+    }
     if (fd < 0 || fstat(fd, &st) != 0 || st.st_size != info.size_bytes) {
       if (fd >= 0) close(fd);
       throw manifest_error(path + " is " + (fd < 0 ? std::string("missing") : std::to_string(st.st_size) + " bytes") +
@@ -166,12 +171,12 @@ Backend::Backend(const std::string& folder, const Manifest& manifest, const Opti
     weights_->data = weights_->size ? mmap(nullptr, weights_->size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
     close(fd);
     if (weights_->size && weights_->data == MAP_FAILED) throw manifest_error("cannot map " + path + " into memory");
-    const std::string index_path = folder + "/" + info.index;
-    std::ifstream in(index_path);
+    const std::string index_path = export_path(folder, info.index, "weights.index");
     nlohmann::json index;
     try {
-      if (!in) throw std::runtime_error("missing");
-      index = nlohmann::json::parse(in);
+      index = nlohmann::json::parse(read_bounded(index_path, folder, "weights.index", MAX_INDEX_BYTES));
+    } catch (const Error&) {
+      throw;
     } catch (const std::exception& err) {
       throw manifest_error(index_path + " (the shared weights' index) is not readable (" + err.what() +
                            "); re-export with seer-export");
@@ -228,7 +233,7 @@ Backend::Backend(const std::string& folder, const Manifest& manifest, const Opti
       throw config_error("ONNX Runtime cannot use the " + options.provider + " provider (" + err.what() +
                          "); check its CUDA / TensorRT libraries, or use the cpu provider");
     }
-    const std::string path = folder + "/" + entry.file;
+    const std::string path = export_path(folder, entry.file, "graphs." + graph + ".file", true);
     try {
       sessions_[graph] = std::make_unique<Ort::Session>(*env, path.c_str(), so);
     } catch (const Ort::Exception& err) {

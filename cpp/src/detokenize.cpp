@@ -33,10 +33,9 @@ bool code_points(const std::string& s, std::vector<uint32_t>& out) {
 }  // namespace
 
 Detokenizer::Detokenizer(const std::string& tokenizer_json) {
-  std::ifstream in(tokenizer_json);
   nlohmann::json data;
   try {
-    data = nlohmann::json::parse(in);
+    data = nlohmann::json::parse(tokenizer_json);
     const auto& vocab = data.at("model").at("vocab");
     auto put = [&](int64_t id, const std::string& token, bool special) {
       if (id < 0) return;

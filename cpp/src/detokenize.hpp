@@ -16,7 +16,7 @@ namespace seer {
 
 class Detokenizer {
  public:
-  explicit Detokenizer(const std::string& tokenizer_json);  // a file it cannot read decodes nothing
+  explicit Detokenizer(const std::string& tokenizer_json);  // tokenizer.json's text; unreadable: no text
   std::optional<std::string> decode(const std::vector<int64_t>& ids) const;
 
  private:

@@ -6,13 +6,83 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <limits>
 #include <tuple>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace seer {
+
+std::string export_path(const std::string& folder, const std::string& name, const std::string& entry, bool regular,
+                        std::uintmax_t limit) {
+  namespace fs = std::filesystem;
+  const std::string shown = "export " + folder + ": manifest entry " + entry;
+  const fs::path rel(name);
+  bool up = false;
+  for (const auto& part : rel) up = up || part == "..";
+  if (name.empty() || name.find('\0') != std::string::npos || rel.is_absolute() || rel.has_root_name() || up)
+    throw manifest_error(shown + " is \"" + name.substr(0, 80) + "\", a path outside the export folder; an export " +
+                         "reads only files inside its own folder (re-export with seer-export)");
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(fs::path(folder), ec);
+  const fs::path path = fs::weakly_canonical(root / rel, ec);
+  if (ec) throw manifest_error(shown + " (" + name.substr(0, 80) + ") cannot be resolved (" + ec.message() + ")");
+  const auto [end, _] = std::mismatch(root.begin(), root.end(), path.begin(), path.end());
+  if (end != root.end())
+    throw manifest_error(shown + " (" + name.substr(0, 80) + ") resolves through a symbolic link to a file outside " +
+                         "the export folder; an export reads only files inside its own folder (re-export with " +
+                         "seer-export)");
+  if (regular) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      throw manifest_error("export " + folder + ": " + entry + " " + path.filename().string() + " is missing; " +
+                           "re-export with seer-export --out " + folder);
+    if (!S_ISREG(st.st_mode))
+      throw manifest_error("export " + folder + ": " + entry + " " + path.filename().string() + " is not a regular " +
+                           "file (a FIFO, device, socket or folder); re-export with seer-export");
+    if (limit && static_cast<std::uintmax_t>(st.st_size) > limit)
+      throw manifest_error("export " + folder + ": " + entry + " " + path.filename().string() + " is " +
+                           std::to_string(st.st_size) + " bytes, more than the " + std::to_string(limit) +
+                           " such a file may be; re-export with seer-export");
+  }
+  return path.string();
+}
+
+std::string read_bounded(const std::string& path, const std::string& folder, const std::string& entry,
+                         std::uintmax_t limit) {
+  const std::string name = std::filesystem::path(path).filename().string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw manifest_error("export " + folder + ": " + entry + " " + name + " cannot be opened (" +
+                                   std::strerror(errno) + "); re-export with seer-export --out " + folder);
+  struct stat st {};
+  std::string out;
+  std::string why;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = " is not a regular file (a FIFO, device, socket or folder)";
+  } else if (static_cast<std::uintmax_t>(st.st_size) > limit) {
+    why = " is " + std::to_string(st.st_size) + " bytes, more than the " + std::to_string(limit) +
+          " such a file may be";
+  } else {
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < out.size()) {
+      const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+  }
+  ::close(fd);
+  if (!why.empty()) throw manifest_error("export " + folder + ": " + entry + " " + name + why +
+                                         "; re-export with seer-export");
+  return out;
+}
+
 namespace {
 
 using nlohmann::json;
@@ -50,6 +120,12 @@ std::vector<int64_t> sizes(const json& obj, const char* key, const std::string& 
     if (values[i] < 1 || (i && values[i] <= values[i - 1]))
       throw manifest_error(where + "." + key + " must be increasing positive sizes, got " + obj[key].dump());
   if (values.empty()) throw manifest_error(where + "." + key + " is empty; re-export with seer-export");
+  // what one call can hold (Python: seer_trt.contracts.profiles.MAX_BUCKET): past it, it would be allocated first
+  const int64_t most = std::strcmp(key, "batch") == 0 ? 4096 : std::strcmp(key, "prompt") == 0 ? (1 << 20) : (1 << 16);
+  if (values.size() > 64 || values.back() > most)
+    throw manifest_error(where + "." + key + ": at most 64 sizes of at most " + std::to_string(most) + ", got " +
+                         std::to_string(values.size()) + " up to " + std::to_string(values.back()) +
+                         "; re-export with seer-export");
   return values;
 }
 
@@ -257,16 +333,17 @@ const GraphEntry& Manifest::graph(const std::string& name) const {
 
 Manifest Manifest::read(const std::string& folder) {
   const std::string path = folder + "/manifest.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::ifstream dir(folder);
-    const std::string found = dir ? "it holds no manifest.json" : "it does not exist";
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+    const std::string found =
+        std::filesystem::is_directory(folder, ec) ? "it holds no manifest.json" : "it does not exist";
     throw manifest_error(folder + " is not an export folder (" + found + "); create one with `seer-export --out " +
                          folder + "`");
   }
   json data;
   try {
-    data = json::parse(in);
+    data = json::parse(read_bounded(export_path(folder, "manifest.json", "manifest"), folder, "the manifest",
+                                    MAX_MANIFEST_BYTES));
   } catch (const json::exception& err) {
     throw manifest_error(path + " is not readable JSON (" + err.what() + "); re-export with seer-export");
   }
@@ -392,6 +469,12 @@ Manifest Manifest::read(const std::string& folder) {
     m.weights = WeightsInfo{get<std::string>(w, "file", "manifest weights"),
                             get<std::string>(w, "index", "manifest weights"),
                             get<int64_t>(w, "size_bytes", "manifest weights")};
+  }
+  export_path(folder, m.tokenizer, "tokenizer");  // every path it names lies inside the folder
+  for (const auto& [name, g] : m.graphs) export_path(folder, g.file, "graphs." + name + ".file");
+  if (m.weights) {
+    export_path(folder, m.weights->file, "weights.file");
+    export_path(folder, m.weights->index, "weights.index");
   }
   return m;
 }

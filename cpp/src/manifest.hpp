@@ -21,6 +21,20 @@ inline Error config_error(const std::string& m) { return Error(Error::Kind::Conf
 inline Error input_error(const std::string& m) { return Error(Error::Kind::Input, m); }
 inline Error manifest_error(const std::string& m) { return Error(Error::Kind::Manifest, m); }
 
+// An export reads only regular files inside its own folder (Python: seer_trt/contracts/confined.py).
+constexpr std::uintmax_t MAX_MANIFEST_BYTES = 16ull << 20;
+constexpr std::uintmax_t MAX_INDEX_BYTES = 64ull << 20;
+constexpr std::uintmax_t MAX_TOKENIZER_BYTES = 256ull << 20;
+
+// The path of `name`, which the manifest's `entry` names, inside the export `folder`: a non-empty relative path
+// without "..", resolving (symbolic links followed) inside the folder; with `regular`, an existing regular file of
+// at most `limit` bytes (0: any). Throws manifest_error naming the export and the entry.
+std::string export_path(const std::string& folder, const std::string& name, const std::string& entry,
+                        bool regular = false, std::uintmax_t limit = 0);
+// The bytes of `path`, a regular file of at most `limit` bytes, opened without blocking (a FIFO is refused).
+std::string read_bounded(const std::string& path, const std::string& folder, const std::string& entry,
+                         std::uintmax_t limit);
+
 constexpr int SCHEMA_MAJOR = 2;
 
 struct Axis {

@@ -318,7 +318,9 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
   impl->cache.validate();
   check_cache(impl->cache, impl->cache_spec);
   impl->backend = std::make_unique<Backend>(folder, m, options, graphs);
-  impl->detokenizer = std::make_unique<Detokenizer>(folder + "/" + m.tokenizer + "/tokenizer.json");
+  impl->detokenizer = std::make_unique<Detokenizer>(
+      read_bounded(export_path(folder, m.tokenizer + "/tokenizer.json", "tokenizer", true), folder, "tokenizer",
+                   MAX_TOKENIZER_BYTES));
   if (m.seer.tail > 0) {
     std::atomic<int64_t> clock{0};
     impl->tail_embed = embed_token(*impl->backend, m, m.seer.tail_token == "eot" ? m.special.eot_id

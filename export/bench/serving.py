@@ -69,11 +69,12 @@ class _Server:
         from seer_trt.cli.serve import listen
         from seer_trt.runtime.engine import Engine
         from seer_trt.serving.http import create_app
+        from seer_trt.serving.server import config as server_config
 
         self.engine = Engine(pipe, max_rows=max_rows, max_queue=1024).start()
         self.sock = listen("127.0.0.1", 0)  # seer-serve's own socket (TCP_NODELAY on its connections)
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(create_app(self.engine, name), log_level="error")
+        config = server_config(create_app(self.engine, name), log_level="error")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()

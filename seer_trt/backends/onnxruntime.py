@@ -26,6 +26,7 @@ machine's memory: one packed copy of what the steps read, for 8-20 % faster step
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from seer_trt.backends.base import axis_sizes, selected
+from seer_trt.contracts.confined import MAX_INDEX_BYTES, export_file, inside, regular
 from seer_trt.contracts.errors import ConfigError, ManifestError
 from seer_trt.contracts.graphs import GraphSpec
 from seer_trt.contracts.manifest import Manifest, read_weights_index
@@ -119,10 +121,17 @@ class OrtBackend:
         self.threads = threads
         self.cache_bytes = cache_bytes
         for name, entry in manifest.graphs.items():
-            if not (self.folder / entry.file).is_file():
+            try:
+                export_file(folder, entry.file, f"graphs.{name}.file")
+            except FileNotFoundError:
                 raise ManifestError(
                     f"graph {name!r}: {self.folder / entry.file} is missing; re-export with seer-export --out {folder}"
-                )
+                ) from None
+        if manifest.weights is not None:  # checked at open, not at the first call: a damaged export fails alone
+            for entry, name, limit in (("weights.file", manifest.weights.file, None),
+                                       ("weights.index", manifest.weights.index, MAX_INDEX_BYTES)):  # fmt: skip
+                with contextlib.suppress(FileNotFoundError):  # missing: said with the sizes when mapped
+                    export_file(folder, name, entry, limit)
         self.share_weights = share_weights and provider == "cpu" and manifest.weights is not None
         self.prepack_loop = self.share_weights and loop_prepack_fits(manifest)
         self._shared: dict[str, tuple[np.ndarray, object]] | None = None  # name -> (mapped array, its OrtValue)
@@ -154,7 +163,7 @@ class OrtBackend:
                 options.add_session_config_entry("session.disable_prepacking", "1")  # a packed copy otherwise
             for name, (_, value) in self._shared_weights().items():
                 options.add_initializer(name, value)  # a name the graph lacks is ignored by ONNX Runtime
-        path = self.folder / entry.file
+        path = export_file(self.folder, entry.file, f"graphs.{graph}.file")
         try:
             sess = ort.InferenceSession(str(path), options, providers=[self.provider])
         except Exception as err:  # onnxruntime raises its own exception types for corrupt files
@@ -177,8 +186,11 @@ class OrtBackend:
             import onnxruntime as ort
 
             info = self.manifest.weights
-            path = self.folder / info.file
-            size = path.stat().st_size if path.is_file() else None
+            path = inside(self.folder, info.file, "weights.file")
+            try:
+                size = regular(path, self.folder, "weights.file").st_size
+            except FileNotFoundError:
+                size = None
             if size != info.size_bytes:
                 found = "missing" if size is None else f"{size} bytes"
                 raise ManifestError(f"{path} is {found}, the manifest says {info.size_bytes} bytes; re-export with "

@@ -37,6 +37,7 @@ import numpy as np
 
 from seer_trt.backends.base import axis_sizes, selected
 from seer_trt.backends.cuda import Cuda, Device, cuda_device
+from seer_trt.contracts.confined import export_file, inside
 from seer_trt.contracts.errors import ConfigError, EngineError
 from seer_trt.contracts.graphs import GraphSpec
 from seer_trt.contracts.manifest import EngineBuild, Manifest
@@ -195,7 +196,7 @@ class TrtBackend:
         trt = import_tensorrt(builder)
         check_build(self.record, builder, trt.__version__, cuda_device(device), folder)
         for graph, entry in self.record.engines.items():
-            if not (self.folder / entry.file).is_file():
+            if not inside(self.folder, entry.file, f"builds.{builder}.engines.{graph}.file").exists():
                 raise EngineError(f"graph {graph!r}: plan {self.folder / entry.file} is missing; rebuild with "
                                   f"`{rebuild_command(folder, builder)}`")  # fmt: skip
         self.trt = trt
@@ -287,7 +288,8 @@ class TrtBackend:
             if graph not in self._engines:
                 entry = self._entry(graph)
                 self.cuda.make_current()
-                engine = self.runtime.deserialize_cuda_engine((self.folder / entry.file).read_bytes())
+                plan = export_file(self.folder, entry.file, f"engines.{graph}")
+                engine = self.runtime.deserialize_cuda_engine(plan.read_bytes())
                 if engine is None:
                     raise EngineError(f"graph {graph!r}: {self.folder / entry.file} does not deserialize (TensorRT "
                                       f"logged why); rebuild with `{rebuild_command(self.folder, self.name)}`")  # fmt: skip

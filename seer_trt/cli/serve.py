@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-rows", type=int, help="rows denoised together at most (default: 4 x the largest batch "
                    "bucket)")  # fmt: skip
     s.add_argument("--timeout", type=float, help="each request's deadline in seconds; past it, 504 (default: none)")
+    s.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection may take to finish a request's headers (from its opening or its last "
+                   "answer) before it is closed, so unfinished or trickled headers cannot hold the server "
+                   "(default: 10)")  # fmt: skip
+    s.add_argument("--grace", type=float, default=30.0,
+                   help="seconds a shutdown (SIGTERM, Ctrl-C) waits for requests in flight; those still running "
+                   "then end with an error answer (503, or an error event and [DONE] on a stream) (default: 30)")  # fmt: skip
     s.add_argument("--binding-cache-mib", type=int,
                    help="ONNX Runtime backend: output buffers kept per engine thread for reuse, in MiB, least "
                    "recently used out. Steps that pack requests arriving apart take many shapes, so the process "
@@ -71,6 +78,9 @@ def check_flags(args: argparse.Namespace) -> None:
         raise InputError(f"--binding-cache-mib {args.binding_cache_mib} must be at least 0")
     if not args.image_url_timeout > 0:
         raise InputError(f"--image-url-timeout {args.image_url_timeout} must be a positive number of seconds")
+    for flag, value in (("--header-timeout", args.header_timeout), ("--grace", args.grace)):
+        if not value > 0:
+            raise InputError(f"{flag} {value} must be a positive number of seconds")
     if args.timeout is not None and not args.timeout > 0:
         raise InputError(f"--timeout {args.timeout} must be a positive number of seconds")
 
@@ -99,11 +109,10 @@ def work(args: argparse.Namespace) -> int:
 
     check_flags(args)
     require_extra(PROG, SERVE_MODULES, "serve")
-    import uvicorn
-
     from seer_trt.contracts.outfolder import Interrupted
     from seer_trt.runtime.engine import Engine
     from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.serving import server as serving_server
     from seer_trt.serving.http import create_app
 
     key = args.api_key or os.environ.get("SEER_API_KEY") or None
@@ -119,10 +128,10 @@ def work(args: argparse.Namespace) -> int:
     name = args.model_name or args.engines.resolve().name
     app = create_app(engine, name, key, timeout_s=args.timeout, allow_image_urls=args.allow_image_urls,
                      image_url_timeout_s=args.image_url_timeout)  # fmt: skip
-    # connections past what the queue and the rows can hold are refused (503) before they cost a request's memory
-    limit = args.max_queue + engine.max_rows + 16
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info", limit_concurrency=limit,
-                                           timeout_graceful_shutdown=30))  # fmt: skip
+    # requests past what the queue and the rows can hold are refused (503) by the app; connections that do not finish
+    # their headers in --header-timeout are closed (seer_trt.serving.server)
+    server = serving_server.server(serving_server.config(app, args.header_timeout, args.grace, log_level="info"),
+                                   on_grace_end=engine.close)  # fmt: skip
 
     def stop(signum, frame):  # uvicorn hands a signal it caught back once it has shut down: end here, not killed
         raise Interrupted(signum)

@@ -16,6 +16,7 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+from seer_trt.contracts.confined import inside, regular
 from seer_trt.contracts.errors import ManifestError
 from seer_trt.contracts.manifest import Manifest
 
@@ -74,10 +75,10 @@ def verify(folder: str | Path, manifest: Manifest, log: Callable[[str], None] | 
     for name in files:
         if name not in manifest.checksums:
             continue
-        path = folder / name
-        if not path.is_file():
+        path = inside(folder, name, f"checksums.{name}")
+        if not path.exists():
             problems.append(f"{name} is missing")
-        elif sha256(path) != manifest.checksums[name]:
+        elif regular(path, folder, name) and sha256(path) != manifest.checksums[name]:
             problems.append(
                 f"{name} differs from the exported file (sha256 {manifest.checksums[name][:12]}... recorded)"
             )

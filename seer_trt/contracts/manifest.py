@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.contracts.confined import MAX_INDEX_BYTES, MAX_MANIFEST_BYTES, inside, read_bounded
 from seer_trt.contracts.errors import ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec, TensorSpec
 from seer_trt.contracts.profiles import LengthBuckets, Profile
@@ -218,9 +219,9 @@ def read_weights_index(folder: str | Path, info: WeightsInfo) -> dict[str, Store
     Raises:
         ManifestError: the index is missing or malformed.
     """
-    path = Path(folder) / info.index
+    path = inside(folder, info.index, "weights.index")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bounded(path, folder, "weights.index", MAX_INDEX_BYTES))
         return {n: StoredTensor(int(o), int(k), str(d), tuple(int(v) for v in s)) for n, (o, k, d, s) in data.items()}
     except FileNotFoundError:
         raise ManifestError(f"{path} (the shared weights' index) is missing; re-export with seer-export") from None
@@ -458,16 +459,43 @@ class Manifest:
             ManifestError: no manifest, unreadable JSON, an unsupported schema version, or malformed content.
         """
         path = Path(folder) / MANIFEST_FILE
-        if not path.is_file():
+        if not path.exists():
             found = "it does not exist" if not Path(folder).is_dir() else f"it holds no {MANIFEST_FILE}"
             raise ManifestError(
                 f"{folder} is not an export folder ({found}); create one with `seer-export --out {folder}`"
             )
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_bounded(inside(folder, MANIFEST_FILE, "manifest"), folder, "the manifest",
+                                           MAX_MANIFEST_BYTES))  # fmt: skip
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ManifestError(f"{path} is not readable JSON ({err}); re-export with seer-export") from None
-        return cls.from_dict(data, str(path))
+        manifest = cls.from_dict(data, str(path))
+        manifest.check_paths(folder)
+        return manifest
+
+    def paths(self) -> list[tuple[str, str]]:
+        """(entry, path) of every file or folder the manifest names, relative to its folder."""
+        out = [("tokenizer", self.tokenizer)]
+        for name, g in self.graphs.items():
+            out.append((f"graphs.{name}.file", g.file))
+            if g.external_data is not None:
+                out.append((f"graphs.{name}.external_data", g.external_data))
+        if self.weights is not None:
+            out += [("weights.file", self.weights.file), ("weights.index", self.weights.index)]
+        out += [(f"engines.{b}.{g}", f) for b, files in self.engines.items() for g, f in files.items()]
+        out += [(f"builds.{b}.engines.{g}.file", e.file) for b, build in self.builds.items()
+                for g, e in build.engines.items()]  # fmt: skip
+        out += [(f"checksums.{f}", f) for f in self.checksums]
+        return out
+
+    def check_paths(self, folder: str | Path) -> None:
+        """Every path the manifest names lies inside ``folder`` (``seer_trt.contracts.confined.inside``).
+
+        Raises:
+            ManifestError: naming the first entry that does not.
+        """
+        for entry, name in self.paths():
+            inside(folder, name, entry)
 
     def write(self, folder: str | Path) -> Path:
         """Write ``folder/manifest.json``; returns its path."""

@@ -274,6 +274,10 @@ def parse_overrides(items: Sequence[str], buckets: LengthBuckets) -> tuple[Lengt
     return LengthBuckets.from_dict(sizes), split
 
 
+MAX_BUCKETS = 64  # sizes per axis
+MAX_BUCKET = {"batch": 4096, "prompt": 2**20, "answer": 2**16}  # what one call of any model here could hold
+
+
 @dataclasses.dataclass(frozen=True)
 class LengthBuckets:
     """The lengths engines are built for (docs/DESIGN.md "Engines and profiles"): each profile covers one bucket, runtime rounds up."""
@@ -286,7 +290,11 @@ class LengthBuckets:
         for name in ("batch", "prompt", "answer"):
             values = tuple(int(v) for v in getattr(self, name))
             if not values or list(values) != sorted(set(values)) or values[0] < 1:
-                raise ConfigError(f"buckets.{name} must be increasing positive sizes, got {list(values)}")
+                raise ConfigError(f"buckets.{name} must be increasing positive sizes, got {list(values)[:8]}")
+            if len(values) > MAX_BUCKETS or values[-1] > MAX_BUCKET[name]:
+                raise ConfigError(f"buckets.{name} {list(values)[:8]}: at most {MAX_BUCKETS} sizes of at most "
+                                  f"{MAX_BUCKET[name]} (what a call can hold: anything past it would be allocated "
+                                  f"before it fails)")  # fmt: skip
             object.__setattr__(self, name, values)
 
     @classmethod

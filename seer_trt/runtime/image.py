@@ -159,11 +159,18 @@ class ImageLimits:
     def of(cls, vision: VisionInfo) -> ImageLimits:
         """An export's limits: its manifest's, the decode limit following what its tiling can use by default."""
         decoded = vision.max_decoded_pixels or decoded_pixel_limit(vision)
-        return cls(vision.max_image_pixels, vision.max_image_bytes, decoded)
+        return cls(vision.max_image_pixels, min(vision.max_image_bytes, encoded_byte_limit(decoded)), decoded)
 
 
 DECODE_HEADROOM = 4  # an image may decode to this many times the pixels of the largest input the tiling makes
 DECODE_FLOOR = 2048 * 2048  # and to this many whatever the tiling (a small fixture still takes a normal photo)
+
+
+def encoded_byte_limit(decoded_pixels: int) -> int:
+    """The largest encoded file worth reading for a decode limit: an image that decodes whole is stored in no more
+    than 8 bytes a pixel (16-bit RGBA, uncompressed) plus 1 MiB of headers; a JPEG decoded at reduced scale is
+    smaller than that for the pixels it keeps. (The fixture: 33 MiB where the manifest says 50.)"""
+    return 8 * decoded_pixels + 2**20
 
 
 def largest_input(vision: VisionInfo) -> tuple[int, int]:

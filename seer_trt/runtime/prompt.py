@@ -18,7 +18,8 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from seer_trt.contracts.errors import ConfigError, InputError
+from seer_trt.contracts.confined import MAX_TOKENIZER_BYTES, inside, read_bounded
+from seer_trt.contracts.errors import ConfigError, InputError, ManifestError
 from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, IMAGE_TOKEN
 from seer_trt.contracts.manifest import Manifest
 
@@ -35,9 +36,9 @@ class ChatFormat:
     def from_folder(cls, folder: str | Path, system: str | None = None) -> ChatFormat:
         path = Path(folder) / "tokenizer_config.json"
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ConfigError(f"cannot read the chat template from {path} ({err})") from None
+            data = json.loads(read_bounded(path, folder, "tokenizer", MAX_TOKENIZER_BYTES))
+        except (OSError, ValueError) as err:
+            raise ManifestError(f"cannot read the chat template from {path} ({err}); re-export") from None
         if "chat_template" not in data:
             raise ConfigError(f"{path} has no 'chat_template'; LLaDA-V tokenizers ship one")
         bos = data.get("bos_token")
@@ -78,8 +79,11 @@ class ChatFormat:
         The template's own text (role headers, ``<|eot_id|>``, BOS) is what may hold control tokens; message
         content is the user's and is tokenized as plain text (``ChatTokenizer``). Each content goes through the
         template as it would whole (its ``trim`` and the like applied): the template is rendered with an
-        unguessable slot per content, then once per content with only that slot filled, and the text between
-        the slot's neighbours is the content as placed.
+        unguessable slot per content, and once with every content filled; where that render is the slots'
+        template text around each content as given (or trimmed, as LLaDA's and Llama 3's templates do), that is
+        the placement, in two renders whatever the conversation's length. Otherwise (a template that changes
+        content in another way) the template is rendered once per content with only that slot filled, and the text
+        between the slot's neighbours is the content as placed.
 
         Raises:
             ConfigError: the template does not place each message's content exactly once, as one piece.
@@ -90,18 +94,9 @@ class ChatFormat:
         nonce = secrets.token_hex(8)
         slots = [f"\x00seer-content-{i}-{nonce}\x00" for i in range(len(contents))]
         base = self._render(roles, slots)
-        placed = []
-        for i, content in enumerate(contents):
-            if base.count(slots[i]) != 1:
-                raise ConfigError(f"the chat template places message content {base.count(slots[i])} times, expected "
-                                  f"once; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
-            start = base.index(slots[i])
-            prefix, suffix = base[:start], base[start + len(slots[i]) :]
-            filled = self._render(roles, [content if j == i else s for j, s in enumerate(slots)])
-            if not (filled.startswith(prefix) and filled.endswith(suffix) and len(filled) >= len(prefix) + len(suffix)):
-                raise ConfigError("the chat template renders around message content differently depending on the "
-                                  "content; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
-            placed.append(filled[len(prefix) : len(filled) - len(suffix)])
+        placed = _placed_at_once(base, slots, self._render(roles, contents), contents)
+        if placed is None:
+            placed = [self._placed_alone(roles, slots, base, i, content) for i, content in enumerate(contents)]
         pieces: list[tuple[str, str | None]] = []
         rest = base
         for slot, text, role in sorted(zip(slots, placed, roles, strict=True), key=lambda p: base.index(p[0])):
@@ -109,6 +104,51 @@ class ChatFormat:
             pieces += [(head, None), (text, role)]
         pieces.append((rest, None))
         return [(text, role) for text, role in pieces if text]
+
+    def _placed_alone(self, roles: Sequence[str], slots: list[str], base: str, i: int, content: str) -> str:
+        """Content ``i`` as the template places it, from a render with only its slot filled."""
+        if base.count(slots[i]) != 1:
+            raise ConfigError(f"the chat template places message content {base.count(slots[i])} times, expected "
+                              f"once; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
+        start = base.index(slots[i])
+        prefix, suffix = base[:start], base[start + len(slots[i]) :]
+        filled = self._render(roles, [content if j == i else s for j, s in enumerate(slots)])
+        if not (filled.startswith(prefix) and filled.endswith(suffix) and len(filled) >= len(prefix) + len(suffix)):
+            raise ConfigError("the chat template renders around message content differently depending on the "
+                              "content; seer-trt cannot keep user text apart from its control tokens")  # fmt: skip
+        return filled[len(prefix) : len(filled) - len(suffix)]
+
+
+TOKENS_PER_TURN = 4  # the fewest prompt tokens a chat turn's header and end take (LLaDA-V's template: 5)
+
+
+def _placed_at_once(base: str, slots: list[str], filled: str, contents: list[str]) -> list[str] | None:
+    """Each content as the template placed it, read from one render with every content ``filled``: the template's
+    text between the slots of ``base`` must surround each content as given or trimmed; None where it does not."""
+    if any(base.count(slot) != 1 for slot in slots):
+        return None
+    order = sorted(range(len(slots)), key=lambda i: base.index(slots[i]))
+    heads, rest = [], base
+    for i in order:
+        head, _, rest = rest.partition(slots[i])
+        heads.append(head)
+    placed: list[str | None] = [None] * len(slots)
+    pos = 0
+    for k, i in enumerate(order):
+        if not filled.startswith(heads[k], pos):
+            return None
+        pos += len(heads[k])
+        after = heads[k + 1] if k + 1 < len(order) else rest
+        for text in dict.fromkeys((contents[i], contents[i].strip())):
+            end = pos + len(text)
+            if filled.startswith(text, pos) and (filled.startswith(after, end) if k + 1 < len(order) else
+                                                  filled[end:] == after):  # fmt: skip
+                placed[i] = text
+                pos = end
+                break
+        else:
+            return None
+    return placed  # type: ignore[return-value]
 
 
 def _template_error(message: str):
@@ -134,11 +174,15 @@ class ChatTokenizer:
         """
         from tokenizers import Tokenizer
 
+        path = Path(tokenizer_json)
         try:
-            self.control = Tokenizer.from_file(str(tokenizer_json))
-            self.text = Tokenizer.from_file(str(tokenizer_json))
+            text = read_bounded(path, path.parent, "tokenizer", MAX_TOKENIZER_BYTES).decode()
+            self.control = Tokenizer.from_str(text)
+            self.text = Tokenizer.from_str(text)
+        except ManifestError:
+            raise
         except Exception as err:  # tokenizers raises its own Exception type for a corrupt file
-            raise InputError(f"cannot read the tokenizer {tokenizer_json} ({err}); re-export") from None
+            raise ManifestError(f"cannot read the tokenizer {tokenizer_json} ({err}); re-export") from None
         self.text.encode_special_tokens = True
         self.chat = chat
         self.special_ids = frozenset(i for i, t in self.control.get_added_tokens_decoder().items() if t.special)
@@ -211,7 +255,7 @@ class PromptFormat:
         Raises:
             ConfigError: ``max_chars`` is not a positive integer.
         """
-        tok = Path(folder) / manifest.tokenizer
+        tok = inside(folder, manifest.tokenizer, "tokenizer")
         self.vision = manifest.vision
         self.chat = ChatFormat.from_folder(tok, system=manifest.system_prompt)
         self.chat_tokenizer = ChatTokenizer(tok / "tokenizer.json", self.chat)
@@ -220,6 +264,7 @@ class PromptFormat:
         if max_chars is not None and (isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1):
             raise ConfigError(f"max_prompt_chars must be a positive integer, got {max_chars!r}")
         self.max_chars = max_chars or prompt_char_limit(self.tokenizer, self.max_tokens)
+        self.max_turns = max(1, self.max_tokens // TOKENS_PER_TURN)  # what the largest bucket could hold
 
     def check_length(self, prompt: str, system: str | None = None, history: Sequence[tuple[str, str]] = ()) -> None:
         """Refuse message text longer than ``max_chars``, before any work that grows with it.
@@ -227,6 +272,11 @@ class PromptFormat:
         Raises:
             InputError: naming the limit and the bucket it comes from.
         """
+        turns = len(history) + 1
+        if turns > self.max_turns:  # before any rendering: each turn costs the template's work and header tokens
+            raise InputError(f"the conversation has {turns} turns, more than the {self.max_turns} accepted (each turn's "
+                             f"header takes at least {TOKENS_PER_TURN} of the largest prompt bucket's "
+                             f"{self.max_tokens} embeddings); send fewer earlier turns")  # fmt: skip
         n = len(prompt) + len(system or "") + sum(len(text) for _, text in history)
         if n > self.max_chars:
             what = (

@@ -28,18 +28,21 @@ from seer_trt.contracts.errors import SeerError
 from seer_trt.runtime.request import Request, Result
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+               405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+               429: "rate_limit_error",
                500: "server_error", 503: "service_unavailable", 504: "timeout_error"}  # fmt: skip
 
 
 class ApiError(SeerError):
     """An HTTP error answer: its status and OpenAI's error fields (``type`` follows the status)."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None,
+                 retry_after_s: int | None = None) -> None:  # fmt: skip
         super().__init__(message)
         self.status = status
         self.param = param
         self.code = code
+        self.retry_after_s = retry_after_s  # a retriable refusal (429, 503): the Retry-After header
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": str(self), "type": ERROR_TYPES.get(self.status, "server_error"),
@@ -162,7 +165,7 @@ DATA_URL = re.compile(r"data:(image/[\w.+-]+)(?:;[\w=.+-]+)*;base64,(.*)", re.S)
 
 
 def is_remote(url: str) -> bool:
-    return url.startswith(("http://", "https://"))
+    return url[:8].lower().startswith(("http://", "https://"))  # a scheme is case-insensitive (RFC 3986)
 
 
 def image_bytes(url: str, param: str, max_bytes: int, fetched: Mapping[str, bytes] | None) -> bytes:
@@ -182,9 +185,10 @@ def image_bytes(url: str, param: str, max_bytes: int, fetched: Mapping[str, byte
     if match is None:
         raise ApiError(f"the image URL starts {url[:32]!r}; expected data:image/<type>;base64,<data>", 400, param)
     data = match.group(2)
-    if len(data) // 4 * 3 > max_bytes:
-        raise ApiError(f"the image is about {len(data) // 4 * 3} bytes, more than the {max_bytes} accepted; send a "
-                       f"smaller file", 400, param)  # fmt: skip
+    size = len(data) // 4 * 3 - len(data[-2:]) + len(data[-2:].rstrip("="))  # base64's padding is not data
+    if size > max_bytes:
+        raise ApiError(f"the image is {size} bytes, more than the {max_bytes} accepted; send a smaller file", 400,
+                       param)  # fmt: skip
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):

@@ -46,7 +46,8 @@ def body_limit(max_chars: int, max_image_bytes: int) -> int:
 
 
 def error_response(err: ApiError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status)
+    headers = None if err.retry_after_s is None else {"Retry-After": str(err.retry_after_s)}
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
 class Metrics:
@@ -91,11 +92,17 @@ class Guard:
     """ASGI middleware in front of every route: the API key (not on /health), the request body read whole up to
     its bound before any parsing (413 past it, by Content-Length or by count), and the request metrics."""
 
-    def __init__(self, app, api_key: str | None, max_body: int, metrics: Metrics) -> None:
+    def __init__(self, app, api_key: str | None, max_body: int, metrics: Metrics, max_requests: int,
+                 body_timeout_s: float, max_held_bytes: int) -> None:  # fmt: skip
         self.app = app
         self.key = None if api_key is None else b"Bearer " + api_key.encode("utf-8")
         self.max_body = max_body
         self.metrics = metrics
+        self.max_requests = max_requests
+        self.body_timeout_s = body_timeout_s
+        self.in_flight = 0  # requests past their headers and not yet answered (health and metrics aside)
+        self.max_held = max_held_bytes
+        self.held = 0  # body bytes of the requests in flight, read so far
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -112,9 +119,38 @@ class Guard:
                 self.metrics.latency.labels(route).observe(time.monotonic() - start)
             await send(message)
 
+        counts = path not in ("/health", "/metrics")
+        if counts and self.in_flight >= self.max_requests:
+            err = ApiError(f"the server holds {self.in_flight} requests, as many as it may; retry shortly", 503,
+                           code="overloaded", retry_after_s=1)  # fmt: skip
+            self.metrics.errors.labels(chat.ERROR_TYPES.get(err.status, "server_error")).inc()
+            await error_response(err)(scope, receive, counted)
+            return
+        self.in_flight += counts
         try:
-            body = await self._read(scope, receive)
-        except ApiError as err:
+            await self._serve(scope, receive, counted)
+        finally:
+            self.in_flight -= counts
+
+    async def _serve(self, scope, receive, counted) -> None:
+        mine = [0]  # this request's share of ``held``, returned when it is answered
+        try:
+            await self._answer(scope, receive, counted, mine)
+        finally:
+            self.held -= mine[0]
+
+    async def _answer(self, scope, receive, counted, mine: list[int]) -> None:
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await self._read(scope, receive, mine)
+        except TimeoutError:
+            body, err = None, ApiError(f"the request body did not arrive within {self.body_timeout_s:g} s", 408,
+                                       code="body_timeout")  # fmt: skip
+        except ApiError as caught:
+            body, err = None, caught
+        else:
+            err = None
+        if err is not None:
             self.metrics.errors.labels(chat.ERROR_TYPES.get(err.status, "server_error")).inc()
             await error_response(err)(scope, receive, counted)
             return
@@ -131,7 +167,7 @@ class Guard:
 
         await self.app(scope, replay, counted)
 
-    async def _read(self, scope, receive) -> bytes | None:
+    async def _read(self, scope, receive, mine: list[int]) -> bytes | None:
         headers = dict(scope["headers"])
         if self.key is not None and scope["path"] != "/health":
             if not hmac.compare_digest(headers.get(b"authorization", b""), self.key):
@@ -152,6 +188,11 @@ class Guard:
             size += len(chunk)
             if size > self.max_body:
                 raise self._too_large(size, more=True)
+            self.held += len(chunk)
+            mine[0] += len(chunk)
+            if self.held > self.max_held:  # the bodies in flight together: memory, not one request, is the bound
+                raise ApiError(f"the server holds {self.held - len(chunk)} bytes of requests in flight, as many as it "
+                               f"may; retry shortly", 503, code="overloaded", retry_after_s=1)  # fmt: skip
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
@@ -215,13 +256,15 @@ class Service:
                            code="not_ready")  # fmt: skip
 
     def unknown_model(self, name: str) -> ApiError:
-        return ApiError(f"the model {name!r} does not exist; this server has {self.model!r}", 404, "model",
+        shown = repr(name) if len(name) <= 80 else f"{name[:77]!r}... ({len(name)} characters)"
+        return ApiError(f"the model {shown} does not exist; this server has {self.model!r}", 404, "model",
                         "model_not_found")  # fmt: skip
 
 
 def create_app(engine: Engine, model_name: str, api_key: str | None = None, timeout_s: float | None = None,
                allow_image_urls: bool = False, max_body_bytes: int | None = None,
-               image_url_timeout_s: float = 10.0) -> FastAPI:  # fmt: skip
+               image_url_timeout_s: float = 10.0, max_requests: int | None = None,
+               body_timeout_s: float = 30.0, max_held_bytes: int | None = None) -> FastAPI:  # fmt: skip
     """The HTTP app over a engine (started and closed by the caller).
 
     Args:
@@ -231,6 +274,11 @@ def create_app(engine: Engine, model_name: str, api_key: str | None = None, time
         allow_image_urls: fetch http(s) image URLs (within the image byte bound and ``image_url_timeout_s``);
             otherwise they are answered 400. data: URLs always work.
         max_body_bytes: the largest request body (default ``body_limit`` of the pipeline's bounds).
+        max_requests: requests in flight at most (their bodies held, queued or denoising); past it 503 with
+            ``Retry-After`` (``/health`` and ``/metrics`` never count). Default: the engine's queue and rows, and 16.
+        body_timeout_s: a request's body arrives within this from its headers, or 408.
+        max_held_bytes: request bodies held at once, all requests together; past it 503 with ``Retry-After``
+            (default: 8 of the largest bodies).
     """
     pipe = engine.pipe
     tokenizer = pipe.prompts.tokenizer
@@ -261,7 +309,7 @@ def create_app(engine: Engine, model_name: str, api_key: str | None = None, time
     async def internal(request, err: Exception):  # never a traceback to a client; uvicorn logs it
         return await api_error(request, ApiError(f"internal error ({type(err).__name__})", 500))
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
         service.ready()
         return {"status": "ok"}
@@ -287,7 +335,9 @@ def create_app(engine: Engine, model_name: str, api_key: str | None = None, time
         return await complete(service, http)
 
     max_body = max_body_bytes or body_limit(pipe.prompts.max_chars, pipe.image_limits.bytes)
-    app.add_middleware(Guard, api_key=api_key, max_body=max_body, metrics=metrics)
+    most = max_requests or engine.queue.maxsize + engine.max_rows + 16
+    app.add_middleware(Guard, api_key=api_key, max_body=max_body, metrics=metrics, max_requests=most,
+                       body_timeout_s=body_timeout_s, max_held_bytes=max_held_bytes or 8 * max_body)  # fmt: skip
     return app
 
 
@@ -300,8 +350,14 @@ async def complete(service: Service, http: HttpRequest):
     pipe = service.engine.pipe
     fetched = None
     if service.allow_image_urls:
+        remote = chat.remote_images(body)
+        if remote:  # the whole request checked first, its image URLs unread: a request that will be refused fetches
+            try:  # nothing, and one that passes holds one image (one fetch)
+                chat.to_request(body, service.image_bytes, dict.fromkeys((u for u, _ in remote), b""))
+            except (InputError, ConfigError) as err:
+                raise ApiError(str(err), 400) from None
         fetched = {url: await fetch_image(url, param, service.image_bytes, service.image_url_timeout_s)
-                   for url, param in chat.remote_images(body)}  # fmt: skip
+                   for url, param in remote}  # fmt: skip
     try:
         request = chat.to_request(body, service.image_bytes, fetched)
         # settings and prompt checked before queueing (cheap; tokenizing off the event loop): a bad one is a 400
@@ -323,7 +379,7 @@ async def complete(service: Service, http: HttpRequest):
     try:
         ticket = service.engine.submit(request, on_prefix, service.timeout_s)
     except QueueFull as err:
-        raise ApiError(str(err), 429, code="queue_full") from None
+        raise ApiError(str(err), 429, code="queue_full", retry_after_s=1) from None
     ticket.future.add_done_callback(lambda f: post(("done", f)))
     gone = asyncio.ensure_future(disconnected(http.receive))
     reply = Reply(ticket, events, gone, request, gen, cache.mode, len(prompt_ids), service, chat.stops(body))
