@@ -187,3 +187,26 @@ def test_threads_submitting_at_once(pipe):
     finally:
         engine.close()
     assert all(g is not None and g.ok for g in got) and len(differing(alone, got)) <= 1  # timing decides the shapes
+
+
+def test_a_slow_preparation_delays_no_other_request(pipe, monkeypatch):
+    """Requests are prepared (template, tokenizer, image decode, embeddings) beside the engine thread: one whose
+    preparation takes 3 s (a large image) holds back neither the steps nor a text request sent after it."""
+    real = pipe.prepare_one
+
+    def slow(request):
+        if request.prompt == "count to 9 .":
+            time.sleep(3.0)
+        return real(request)
+
+    monkeypatch.setattr(pipe, "prepare_one", slow)
+    engine = Engine(pipe).start()
+    try:
+        held = engine.submit(Request("count to 9 ."))
+        time.sleep(0.1)
+        start = time.monotonic()
+        quick = engine.generate(Request("count to 3 ."), timeout_s=30)
+        assert quick.text.startswith("1 2 3") and time.monotonic() - start < 1.5 and not held.future.done()
+        assert held.result(30).text.startswith("1 2 3 4 5 6 7 8 9")
+    finally:
+        engine.close()

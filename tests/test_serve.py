@@ -775,8 +775,10 @@ def test_bodies_in_flight_are_bounded_together(engine):
     with serving(engine, max_held_bytes=1000) as base:
         port = int(base.rsplit(":", 1)[1])
         slow = socket.create_connection(("127.0.0.1", port))
-        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 900\r\n\r\n" + b" " * 800)  # 800 bytes held, 100 never sent
+        slow.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 900\r\n\r\n" + b" " * 800
+        )  # 800 bytes held, 100 never sent
         time.sleep(0.3)
         body = {"model": MODEL, "messages": user("count to 3 ." + " " * 300)}
         with httpx.Client(base_url=base, timeout=30) as c:

@@ -7,8 +7,9 @@ Out: per request a ``Ticket``: the ``Result`` ``SeerPipeline.generate`` gives it
 
 One engine thread loops over step boundaries:
 
-    admit: queued requests ─► SeerPipeline.plan (prompt, image, embed; grouped by settings) ─► start_group
-           (step zero batched, L*, schedule, dispatch) ─► a cohort of ``Loop``s
+    admit: queued requests ─► prepared off the engine thread (SeerPipeline.prepare_one: template, tokenizer,
+           image decode, embeddings; a pool of its own) ─► grouped by settings ─► start_group (step zero batched,
+           L*, schedule, dispatch) ─► a cohort of ``Loop``s
     step:  every cohort's loops ─► Loop.step (one graph call each: its rows' rule, cache, sampling) ─► newly final
            prefixes to their callbacks ─► finished rows retire
 
@@ -27,7 +28,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 
 import numpy as np
 
@@ -95,19 +97,24 @@ class Cohort:
 class Engine:
     """One engine loop over a pipeline: ``submit`` from any thread, ``start`` / ``close`` around it."""
 
-    def __init__(self, pipe, max_rows: int | None = None, max_queue: int = 256, policy: str | None = None) -> None:
+    def __init__(self, pipe, max_rows: int | None = None, max_queue: int = 256, policy: str | None = None,
+                 prepare_threads: int = 2) -> None:  # fmt: skip
         """
         Args:
             pipe: a ``SeerPipeline``; its cost model is measured at ``start`` when its policy needs one.
             max_rows: rows denoised together at most (default: the largest batch bucket x 4).
             max_queue: requests waiting for admission at most; ``submit`` raises ``QueueFull`` past it.
             policy: the dispatch policy of each admitted group (default: the pipeline's).
+            prepare_threads: threads that prepare requests (template, tokenizer, image decode, embeddings) beside
+                the engine thread, so a large image delays no step.
         """
         self.pipe = pipe
         self.max_rows = max_rows or 4 * pipe.buckets.batch[-1]
         self.policy = policy or pipe.policy
         self.queue: queue.Queue[Ticket] = queue.Queue(max_queue)
         self.cohorts: list[Cohort] = []
+        self._pool = ThreadPoolExecutor(max(1, prepare_threads), thread_name_prefix="seer-prepare")
+        self._preparing: list[tuple[Ticket, Future]] = []  # in submission order
         self.steps = 0  # engine steps run
         self.rows_per_step: list[int] = []  # live rows of each step (a bounded window for metrics)
         self._wake = threading.Event()
@@ -141,8 +148,9 @@ class Engine:
 
     @property
     def rows(self) -> list[Ticket]:
-        """The tickets of the rows admitted and not yet retired."""
-        return [t for c in self.cohorts for t, done in zip(c.tickets, c.retired, strict=True) if not done]
+        """The tickets of the rows admitted and not yet retired (those being prepared included)."""
+        return [*(t for c in self.cohorts for t, done in zip(c.tickets, c.retired, strict=True) if not done),
+                *(t for t, _ in self._preparing)]  # fmt: skip
 
     @property
     def running(self) -> bool:
@@ -164,7 +172,8 @@ class Engine:
             self._thread.join(timeout)
         for ticket in self.rows:
             _fail(ticket, Cancelled("the server is shutting down"))
-        self.cohorts = []
+        self.cohorts, self._preparing = [], []
+        self._pool.shutdown(wait=False, cancel_futures=True)
         while not self.queue.empty():
             _fail(self.queue.get_nowait(), Cancelled("the server is shutting down"))
 
@@ -172,7 +181,8 @@ class Engine:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            if not self.cohorts and self.queue.empty():
+            ready = any(f.done() for _, f in self._preparing)
+            if not self.cohorts and not ready and (self.queue.empty() or self._room() <= 0):
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
@@ -211,12 +221,14 @@ class Engine:
             self.steps += 1
             self.rows_per_step = [*self.rows_per_step[-999:], stepped]
 
+    def _room(self) -> int:
+        return self.max_rows - len(self.rows)
+
     def _admit(self) -> None:
-        """Queued requests become cohorts, up to ``max_rows`` rows: planned (prepared and grouped by settings) as
-        ``generate`` plans a call, then each group started (step zero batched, L*, dispatch)."""
-        tickets: list[Ticket] = []
-        room = self.max_rows - len(self.rows)
-        while len(tickets) < room:
+        """Queued requests go to the preparing pool, up to ``max_rows`` rows in all; those prepared become cohorts:
+        grouped by settings as ``generate`` plans a call, each group started (step zero batched, L*, dispatch). An
+        engine stepped by hand (never started) waits for its preparations, so each step admits what was queued."""
+        while self._room() > 0:
             try:
                 ticket = self.queue.get_nowait()
             except queue.Empty:
@@ -226,10 +238,17 @@ class Engine:
             elif ticket.deadline is not None and time.monotonic() > ticket.deadline:
                 _fail(ticket, DeadlineExceeded("the request waited past its deadline"))
             else:
-                tickets.append(ticket)
-        if not tickets:
+                future = self._pool.submit(self.pipe.prepare_one, ticket.request)
+                future.add_done_callback(lambda _: self._wake.set())
+                self._preparing.append((ticket, future))
+        if self._thread is None and self._preparing:
+            wait_all([f for _, f in self._preparing])
+        done = [(t, f) for t, f in self._preparing if f.done()]
+        if not done:
             return
-        plan = self.pipe.plan([t.request for t in tickets], self.policy)
+        self._preparing = [(t, f) for t, f in self._preparing if not f.done()]
+        tickets = [t for t, _ in done]
+        plan = self.pipe.group([f.result() for _, f in done], self.policy)
         if plan.needs_costs and self.pipe.cost is None:  # an engine stepped by hand, never started
             self.pipe.calibrate_costs()
         for i, (error, kind) in plan.failed.items():

@@ -70,6 +70,18 @@ class GroupPlan:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class Prepared:
+    """One request ready to run (``SeerPipeline.prepare_one``): its settings, prompt embeddings and cache policy."""
+
+    request: Request
+    gen: GenerationConfig
+    prompt: PromptEmbeds
+    cache: CacheConfig
+    mode: Mode
+    seconds: float  # to prepare it
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class Plan:
     """What one call runs, decided before any denoising: like vLLM's scheduler output, plain data."""
 
@@ -283,39 +295,46 @@ class SeerPipeline:
 
     def plan(self, requests: Sequence[Request | str], policy: str | None = None) -> Plan:
         """Prepare every request and group them by settings; a request that cannot be prepared fails alone."""
+        return self.group([self.prepare_one(r) for r in requests], policy)
+
+    def prepare_one(self, request: Request | str) -> Prepared | tuple[str, str]:
+        """One request prepared (settings, prompt, image, embeddings, cache policy), or (why it failed, the error's
+        kind: "input" or "internal"). Safe to call from any thread (the engine prepares off its own)."""
+        start = time.perf_counter()
+        try:
+            request = Request(request) if isinstance(request, str) else request
+            gen, prompt = self.prepare(request)
+            cache = self.cache_for(request)
+        except (InputError, ConfigError) as err:  # the request's own input or settings
+            return str(err), "input"
+        except SeerError as err:  # a graph or component failed while preparing it (embed, vision)
+            return str(err), "internal"
+        except Exception as err:  # noqa: BLE001 - whatever this one request's input set off, it fails alone
+            return (f"this request could not be prepared ({type(err).__name__}: {describe(err)}); the others are "
+                    f"unaffected", "internal")  # fmt: skip
+        mode = "window" if request.window is not None else "seer" if request.seer else "full"
+        return Prepared(request, gen, prompt, cache, mode, time.perf_counter() - start)
+
+    def group(self, items: Sequence[Prepared | tuple[str, str]], policy: str | None = None) -> Plan:
+        """The plan of prepared requests (``prepare_one``'s, in the call's order): grouped by settings, the failed
+        ones apart."""
         policy = policy or self.policy
         check_dispatch(policy, self.tau_pad, self.short)
-        failed: dict[int, str] = {}
-        ready: dict[tuple, list[tuple[int, Request, PromptEmbeds, float]]] = {}
-        for i, request in enumerate(requests):
-            start = time.perf_counter()
-            try:
-                request = Request(request) if isinstance(request, str) else request
-                gen, prompt = self.prepare(request)
-                cache = self.cache_for(request)
-            except (InputError, ConfigError) as err:  # the request's own input or settings
-                failed[i] = (str(err), "input")
-                continue
-            except SeerError as err:  # a graph or component failed while preparing it (embed, vision)
-                failed[i] = (str(err), "internal")
-                continue
-            except Exception as err:  # noqa: BLE001 - whatever this one request's input set off, it fails alone
-                failed[i] = (f"this request could not be prepared ({type(err).__name__}: {describe(err)}); the others "
-                             f"are unaffected", "internal")  # fmt: skip
-                continue
-            mode = "window" if request.window is not None else "seer" if request.seer else "full"
-            key = (gen, mode, request.early_stop, cache)
-            ready.setdefault(key, []).append((i, request, prompt, time.perf_counter() - start))
+        failed = {i: item for i, item in enumerate(items) if not isinstance(item, Prepared)}
+        ready: dict[tuple, list[tuple[int, Prepared]]] = {}
+        for i, item in enumerate(items):
+            if isinstance(item, Prepared):
+                ready.setdefault((item.gen, item.mode, item.request.early_stop, item.cache), []).append((i, item))
         groups = tuple(
-            GroupPlan(gen, mode, early_stop, cache, rows=tuple(i for i, *_ in members),
-                      prompts=tuple(p for _, _, p, _ in members), prepare_s=tuple(s for *_, s in members),
-                      seeds=np.array([r.seed for _, r, _, _ in members], dtype=np.int64),
-                      top_p=np.array([r.top_p for _, r, _, _ in members], dtype=np.float64),
-                      windows=np.array([r.window or gen.gen_length for _, r, _, _ in members], dtype=np.int64))
+            GroupPlan(gen, mode, early_stop, cache, rows=tuple(i for i, _ in members),
+                      prompts=tuple(p.prompt for _, p in members), prepare_s=tuple(p.seconds for _, p in members),
+                      seeds=np.array([p.request.seed for _, p in members], dtype=np.int64),
+                      top_p=np.array([p.request.top_p for _, p in members], dtype=np.float64),
+                      windows=np.array([p.request.window or gen.gen_length for _, p in members], dtype=np.int64))
             for (gen, mode, early_stop, cache), members in ready.items()
         )  # fmt: skip
         needs_costs = policy == "cost_model" and any(len(g.rows) > 1 for g in groups)
-        return Plan(len(requests), groups, failed, policy, needs_costs)
+        return Plan(len(items), groups, failed, policy, needs_costs)
 
     def calibrate_costs(self, shapes: Sequence[tuple[int, int, int]] = costs.CALIBRATION_SHAPES,
                         repeats: int = 5) -> CostModel:  # fmt: skip
