@@ -1,0 +1,72 @@
+"""deploy/: the Kubernetes objects validate against Kubernetes' own schemas (kubernetes-validate, strict), the KServe
+InferenceService names what KServe's Triton runtime needs, and every file and command the container recipe and the
+manifests name exists (no Docker daemon runs here to build it)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+
+
+def test_the_seer_serve_objects_validate_against_kubernetes_schemas():
+    p = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", str(DEPLOY / "seer-serve.yaml")],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all((DEPLOY / "seer-serve.yaml").read_text())}
+    assert kinds == {"Deployment", "Service", "HorizontalPodAutoscaler"}
+
+
+def test_the_deployment_runs_a_seer_serve_command_the_parser_takes_and_probes_its_routes():
+    from seer_trt.cli.serve import build_parser
+    from seer_trt.serving.http import ROUTES
+
+    deployment = next(
+        d for d in yaml.safe_load_all((DEPLOY / "seer-serve.yaml").read_text()) if d["kind"] == "Deployment"
+    )
+    spec = deployment["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    program, *argv = container["command"]
+    assert program == "seer-serve"
+    args = build_parser().parse_args(argv)  # every flag exists and parses
+    assert container["ports"][0]["containerPort"] == args.port and args.host == "0.0.0.0"
+    assert {container["readinessProbe"]["httpGet"]["path"], container["livenessProbe"]["httpGet"]["path"]} <= set(
+        ROUTES
+    )
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] in ROUTES and int(annotations["prometheus.io/port"]) == args.port
+    assert spec["terminationGracePeriodSeconds"] > args.grace  # the server's own grace ends first
+    hpa = next(d for d in yaml.safe_load_all((DEPLOY / "seer-serve.yaml").read_text())
+               if d["kind"] == "HorizontalPodAutoscaler")  # fmt: skip
+    metric = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
+    assert f'"{metric}"' in (ROOT / "seer_trt" / "serving" / "http.py").read_text()  # the server exports it
+
+
+def test_the_inference_service_serves_the_repository_on_kserves_triton_runtime():
+    isvc = yaml.safe_load((DEPLOY / "inference-service.yaml").read_text())
+    assert (isvc["apiVersion"], isvc["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
+    predictor = isvc["spec"]["predictor"]
+    assert set(predictor["triton"]) >= {"storageUri", "runtimeVersion", "resources"}
+    assert predictor["triton"]["resources"]["limits"]["nvidia.com/gpu"] == 1  # one replica per GPU
+    assert predictor["minReplicas"] <= predictor["maxReplicas"]
+
+
+def test_every_file_and_command_the_container_recipe_names_exists():
+    recipe = (DEPLOY / "Dockerfile").read_text()
+    for line in recipe.splitlines():
+        if line.startswith("COPY "):
+            *sources, _ = shlex.split(line)[1:]
+            assert all((ROOT / s).exists() for s in sources), line
+    extras = re.search(r"install .*'\.\[([\w,]+)\]'", recipe).group(1).split(",")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert set(extras) <= set(project["optional-dependencies"])
+    cmd = re.search(r"^CMD (\[.*\])", recipe, re.M).group(1)
+    assert yaml.safe_load(cmd)[0] in project["scripts"]

@@ -1,0 +1,240 @@
+"""seer-serve's replicas on a real local Ray cluster, loopback only: load, then the same load with a replica killed.
+
+    unshare -n python3 tools/ray_cluster.py --engines EXPORT [--replicas 2] [--clients 16] [--requests 200]
+        [--fault] [--json OUT]
+
+Run as root inside a network namespace of its own (``unshare -n``): it brings up ``lo`` and starts a head and one
+more node as separate ``ray start`` processes on 127.0.0.1 (Ray otherwise binds and dials the machine's own address),
+deploys ``seer_trt.serving.ray_serve`` with ``--replicas`` replicas (one CPU each, so they land on both nodes), and
+sends ``--requests`` held-out requests (text and image, every fourth streamed) from ``--clients`` threads through
+Serve's proxy. A client sends again, up to 5 times, what ends in a 5xx, a closed connection or a stream without
+``[DONE]`` (what a client of any replicated service does); nothing else retries. With ``--fault`` a replica's process
+is killed (SIGKILL) halfway through a second run of the same load. Prints (and writes) one JSON object: per run the
+requests sent, answered first time, answered on retry, refused (4xx), lost (no answer after the retries) and hung
+(no answer within the per-try timeout), requests/s, p50/p99, requests per replica (the ``X-Seer-Replica`` header),
+answers equal to ``SeerPipeline.generate``'s alone; for the fault run the seconds until Serve had every replica
+running again and the survivor's RSS before and after. The cluster is stopped on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HEAD_PORT, HTTP_PORT = 6390, 8590
+TRY_TIMEOUT_S, TRIES = 60.0, 5
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+
+
+def start_cluster() -> None:
+    env = {"RAY_USAGE_STATS_ENABLED": "0"}
+    os.environ.update(env)
+    sh("ip", "link", "set", "lo", "up")
+    sh("ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(HEAD_PORT), "--num-cpus", "1",
+       "--include-dashboard", "false", "--disable-usage-stats")  # fmt: skip
+    sh("ray", "start", "--address", f"127.0.0.1:{HEAD_PORT}", "--node-ip-address", "127.0.0.1", "--num-cpus", "1")
+
+
+def bodies(n: int, model: str):
+    from PIL import Image
+
+    from seer_trt.eval.tasks import held_out
+    from seer_trt.runtime.request import Request
+
+    out = []
+    for i, s in enumerate(held_out(n, 23)):
+        content: object = s.question.replace("<image>\n", "") if s.image is None else None
+        if s.image is not None:
+            buf = io.BytesIO()
+            Image.fromarray(s.image).save(buf, format="PNG")
+            url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+            content = [{"type": "text", "text": s.question}, {"type": "image_url", "image_url": {"url": url}}]
+        body = {"model": model, "messages": [{"role": "user", "content": content}], "stream": i % 4 == 3}
+        out.append((body, Request(content if s.image is None else s.question, s.image)))
+    return out
+
+
+def ask(client, url: str, body: dict) -> tuple[int, str | None, str | None]:
+    """(HTTP status, answer text or None, replica) of one try; raises on a closed connection or a broken stream."""
+    if not body["stream"]:
+        r = client.post(url, json=body)
+        text = r.json()["choices"][0]["message"]["content"] if r.status_code == 200 else None
+        return r.status_code, text, r.headers.get("x-seer-replica")
+    with client.stream("POST", url, json=body) as r:
+        if r.status_code != 200:
+            r.read()
+            return r.status_code, None, r.headers.get("x-seer-replica")
+        pieces, done = [], False
+        for line in r.iter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                event = json.loads(line[6:])
+                if "error" in event:
+                    raise ConnectionError(f"error event: {event['error']['message']}")
+                if event.get("choices"):
+                    pieces.append(event["choices"][0]["delta"].get("content") or "")
+        if not done:
+            raise ConnectionError("the stream ended without [DONE]")
+        return 200, "".join(pieces), r.headers.get("x-seer-replica")
+
+
+def load(items, clients: int, url: str, on_half=None) -> dict:
+    import httpx
+
+    outcome: list[dict] = [{} for _ in items]
+    sent = Counter()
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        body = items[i][0]
+        with lock:
+            sent["n"] += 1
+            if on_half is not None and sent["n"] == len(items) // 2:
+                threading.Thread(target=on_half, daemon=True).start()
+        start = time.monotonic()
+        with httpx.Client(timeout=TRY_TIMEOUT_S) as client:
+            for attempt in range(TRIES):
+                try:
+                    status, text, replica = ask(client, url, body)
+                except httpx.TimeoutException:
+                    outcome[i] = {"kind": "hung"}
+                    return
+                except (httpx.TransportError, ConnectionError, json.JSONDecodeError):
+                    status, text, replica = 599, None, None
+                if status == 200:
+                    outcome[i] = {"kind": "first" if attempt == 0 else "retry", "text": text, "replica": replica,
+                                  "s": time.monotonic() - start}  # fmt: skip
+                    return
+                if status < 500 and status != 429:
+                    outcome[i] = {"kind": "refused", "status": status}
+                    return
+                time.sleep(0.5 * (attempt + 1))
+        outcome[i] = {"kind": "lost"}
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, range(len(items))))
+    wall = time.monotonic() - start
+    kinds = Counter(o["kind"] for o in outcome)
+    lat = sorted(o["s"] for o in outcome if "s" in o)
+    return {"sent": len(items), "answered_first_time": kinds["first"], "answered_on_retry": kinds["retry"],
+            "refused": kinds["refused"], "lost": kinds["lost"], "hung": kinds["hung"],
+            "requests_per_s": len(items) / wall, "p50_s": statistics.median(lat) if lat else None,
+            "p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
+            "per_replica": dict(Counter(o.get("replica") for o in outcome if "replica" in o)),
+            "texts": [o.get("text") for o in outcome]}  # fmt: skip
+
+
+def replicas() -> list[int]:
+    """PIDs of the live Serve replicas of the application: the processes Ray titles ``ray::ServeReplica:seer:...``."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                title = (proc / "cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if title.startswith(b"ray::ServeReplica:seer:"):
+                out.append(int(proc.name))
+    return sorted(out)
+
+
+def running(n: int) -> bool:
+    from ray import serve
+
+    status = serve.status().applications.get("seer")
+    if status is None:
+        return False
+    return sum(d.replica_states.get("RUNNING", 0) for d in status.deployments.values()) >= n and len(replicas()) >= n
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        return int(Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()[0]) / 1024
+    except (OSError, IndexError):
+        return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--engines", required=True, type=Path)
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--fault", action="store_true", help="a second run with one replica killed halfway")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    start_cluster()
+    report: dict = {"replicas": args.replicas, "clients": args.clients}
+    try:
+        import ray
+        from ray import serve
+
+        from seer_trt.runtime.pipeline import SeerPipeline
+        from seer_trt.serving.ray_serve import application
+
+        ray.init(address=f"127.0.0.1:{HEAD_PORT}", logging_level="ERROR")
+        serve.start(http_options={"host": "127.0.0.1", "port": HTTP_PORT})
+        t = time.monotonic()
+        serve.run(application(str(args.engines), args.replicas, threads=1, name="seer-test"), name="seer",
+                  route_prefix="/")  # fmt: skip
+        report["deploy_s"] = time.monotonic() - t
+        report["nodes"] = sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]})
+        report["node_count"] = sum(n["Alive"] for n in ray.nodes())
+        items = bodies(args.requests, "seer-test")
+        pipe = SeerPipeline.from_manifest(args.engines, threads=1)
+        expected = [r.text for r in pipe.generate([req for _, req in items])]
+        url = f"http://127.0.0.1:{HTTP_PORT}/v1/chat/completions"
+        runs = {"steady": None}
+        if args.fault:
+            runs["fault"] = None
+        for run in runs:
+            on_half = None
+            if run == "fault":
+                victims = replicas()
+                survivor, victim = victims[0], victims[-1]
+                report["survivor_rss_mb_before"] = rss_mb(survivor)
+
+                def on_half(victim=victim) -> None:
+                    report["killed_at"] = time.monotonic()
+                    os.kill(victim, signal.SIGKILL)
+
+            got = load(items, args.clients, url, on_half)
+            texts = got.pop("texts")
+            got["equal_to_generate"] = sum(a == b for a, b in zip(texts, expected, strict=True))
+            runs[run] = got
+            if run == "fault":
+                deadline = time.monotonic() + 120
+                while not running(args.replicas) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                report["replica_back_s"] = time.monotonic() - report.pop("killed_at")
+                report["replicas_running_after"] = len(replicas())
+                report["survivor_rss_mb_after"] = rss_mb(survivor)
+        report["runs"] = runs
+    finally:
+        subprocess.run(["ray", "stop", "--force"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
