@@ -36,8 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--opset", type=int, default=20, help="ONNX opset, 20-22 (default 20)")
     ap.add_argument("--graphs", nargs="+", default=list(SERVING_GRAPHS), metavar="GRAPH",
                     help=f"graphs to export (default: {' '.join(SERVING_GRAPHS)}). {graphs}")  # fmt: skip
-    ap.add_argument("--sampling", action="store_true", help="also export denoise_logits, the graph temperature > 0 "
-                    "and random remasking need (it reads the same shared weights file; greedy decoding never "
+    ap.add_argument("--sampling", action="store_true", help="also export denoise_logits, for LLaDA-V's exact "
+                    "sampler over the whole vocabulary (without it, temperature > 0 samples from the window graph's "
+                    "64 most probable ids per position; it reads the same shared weights file; greedy decoding never "
                     "calls it)")  # fmt: skip
     ap.add_argument("--no-validate", action="store_true", help="skip ONNX Runtime vs PyTorch validation")
     ap.add_argument("--samples", type=int, default=16, help="held-out prompts of the end-to-end check")

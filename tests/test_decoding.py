@@ -248,3 +248,33 @@ def test_top_p_draws_only_from_the_nucleus():
                                                 x0[..., None], -1)[..., 0])  # fmt: skip
     keep = nucleus(np.log(np.array([[[0.5, 0.3, 0.2]]])), np.array([0.6]))
     assert keep.tolist() == [[[True, True, False]]]  # 0.5 < 0.6: the next id joins; 0.8 >= 0.6: none after it
+
+
+def test_top_k_sampling_draws_among_the_top_ids_with_the_full_softmax_confidence():
+    """TopK (the default export's sampler): every draw is one of the graph's top ids, seeded draws repeat, a nucleus
+    of mass 1e-9 is the argmax, and the confidence of a drawn id is its log-probability under the whole vocabulary
+    (from the graph's log_confidence of the argmax and the top logits)."""
+    from seer_trt.runtime.denoise import TopK
+    from seer_trt.runtime.layout import padded_layout
+
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(2, 5, 40)) * 2
+    k = 8
+    ids = np.argsort(-logits, -1, kind="stable")[..., :k]
+    top = np.take_along_axis(logits, ids, -1)
+    lse = np.log(np.exp(logits).sum(-1))
+    out = {
+        "top_logits": top.astype(np.float32),
+        "top_ids": ids,
+        "log_confidence": (top[..., 0] - lse).astype(np.float32),
+    }
+    layout = padded_layout([np.zeros((3, 4), np.float32)] * 2, np.array([5, 5]), 3, 5)
+    seeds = np.array([3, 4])
+    x0, conf = TopK(1.0, "low_confidence", seeds)(out, layout, 2, (2, 5), 99)
+    again, _ = TopK(1.0, "low_confidence", seeds)(out, layout, 2, (2, 5), 99)
+    assert (x0 == again).all() and all(x0[i, j] in ids[i, j] for i in range(2) for j in range(5))
+    assert (x0 != ids[..., 0]).any()  # it samples
+    want = np.take_along_axis(logits, x0[..., None], -1)[..., 0] - lse
+    assert np.allclose(conf, want, atol=1e-5)
+    tight, _ = TopK(1.0, "low_confidence", seeds, top_p=np.array([1e-9, 1e-9]))(out, layout, 2, (2, 5), 99)
+    assert (tight == ids[..., 0]).all()

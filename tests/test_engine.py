@@ -210,3 +210,34 @@ def test_a_slow_preparation_delays_no_other_request(pipe, monkeypatch):
         assert held.result(30).text.startswith("1 2 3 4 5 6 7 8 9")
     finally:
         engine.close()
+
+
+def test_an_export_without_denoise_logits_samples_from_its_top_ids(fixture_export, tmp_path):
+    """The default export (no --sampling) answers temperature > 0 from the denoise graph's top ids (TopK): seeded
+    answers repeat, differ between seeds somewhere, a nucleus of one id is the greedy answer, and the engine steps
+    them beside greedy rows."""
+    import json
+    import shutil
+
+    folder = tmp_path / "engines"
+    shutil.copytree(fixture_export[0], folder, ignore=shutil.ignore_patterns("denoise_logits*", "goldens*"))
+    data = json.loads((folder / "manifest.json").read_text())
+    del data["graphs"]["denoise_logits"]
+    data["checksums"] = {k: v for k, v in data["checksums"].items() if "denoise_logits" not in k}
+    (folder / "manifest.json").write_text(json.dumps(data))
+    pipe = SeerPipeline.from_manifest(folder, threads=1)
+    prompts = [s.question.replace("<image>\n", "") for s in make_samples(4, 6)]  # text only
+    greedy = pipe.generate([Request(p, seer=False, decoding="fixed") for p in prompts])
+    assert all(g.ok for g in greedy), [g.error for g in greedy]
+    sampled = [Request(p, seer=False, decoding="fixed", temperature=1.5, seed=s) for p in prompts for s in (1, 2)]
+    first, again = pipe.generate(sampled), pipe.generate(sampled)
+    assert all(a.ok for a in first) and [a.token_ids for a in first] == [a.token_ids for a in again]
+    assert any(a.token_ids != g.token_ids for a, g in zip(first, [g for g in greedy for _ in (1, 2)], strict=True))
+    tight = pipe.generate([Request(p, seer=False, decoding="fixed", temperature=1.5, seed=1, top_p=1e-9)
+                           for p in prompts])  # fmt: skip
+    assert [a.token_ids for a in tight] == [g.token_ids for g in greedy]
+    engine = Engine(pipe)  # stepped by hand
+    tickets = [engine.submit(r) for r in sampled[:4]] + [engine.submit(Request(prompts[0]))]
+    while not all(t.future.done() for t in tickets):
+        engine.step()
+    assert [t.result(0).token_ids for t in tickets[:4]] == [a.token_ids for a in first[:4]]

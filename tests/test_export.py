@@ -159,7 +159,7 @@ def test_goldens_load_with_polygraphy(fixture_export):
     assert set(feeds[0]) == {t.name for t in manifest.graph("denoise").spec.inputs}
     layers = manifest.model.num_layers
     present = {f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")}  # the prompt K/V it computed
-    assert set(results["pytorch"][0].keys()) == {"x0", "log_confidence", "p_end"} | present
+    assert set(results["pytorch"][0].keys()) == {"x0", "log_confidence", "p_end", "top_logits", "top_ids"} | present
 
 
 # --- the graphs against the reference code paths -----------------------------------------------------------------
@@ -351,7 +351,7 @@ def test_fp16_graphs_keep_statistics_in_fp32(fixture_fp16):
     assert not [n for n in denoise.graph.all_nodes() if n.op_type == "Softmax" and n.outputs[0].shape[-1] == vocab]
     cached = [ir.DataType.FLOAT16] * 2 * manifest.model.num_layers  # the prompt K/V in the graph's precision
     assert [v.dtype for v in denoise.graph.outputs] == [ir.DataType.INT64, ir.DataType.FLOAT, ir.DataType.FLOAT,
-                                                        *cached]  # fmt: skip
+                                                        ir.DataType.FLOAT, ir.DataType.INT64, *cached]  # fmt: skip
     assert [v.dtype for v in denoise.graph.inputs][4:] == [ir.DataType.FLOAT] + cached  # past_weights in fp32
 
 

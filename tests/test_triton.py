@@ -22,6 +22,7 @@ from seer_trt.cli.run import main as run_main
 from seer_trt.cli.triton import main as triton_main
 from seer_trt.contracts.config import SeerConfig
 from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.graphs import top_k
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.eval.tasks import make_samples
 from seer_trt.runtime.step_zero import step_zero_graph
@@ -89,8 +90,10 @@ def test_cpu_repository_configs_parse_and_match_the_manifest(cpu_repo, fixture_e
     present = [
         (f"present.{i}.{kv}", "TYPE_FP32", [-1, heads, -1, head_dim]) for i in range(layers) for kv in ("key", "value")
     ]  # [batch, heads, prompt, head_dim]
+    k = top_k(manifest.model.vocab_size)  # the most probable ids the host samples from
     assert io_of(denoise, "output") == [("x0", "TYPE_INT64", [-1, -1]), ("log_confidence", "TYPE_FP32", [-1, -1]),
-                                        ("p_end", "TYPE_FP32", [-1, -1]), *present]  # fmt: skip
+                                        ("p_end", "TYPE_FP32", [-1, -1]), ("top_logits", "TYPE_FP32", [-1, -1, k]),
+                                        ("top_ids", "TYPE_INT64", [-1, -1, k]), *present]  # fmt: skip
     assert json.loads(pbtxt.parameters(seer)["cache"])["mode"] == "none"
     assert io_of(found["seer_vision"], "input") == [("pixel_values", "TYPE_FP32", [-1, 3, 32, 32])]
     assert denoise.backend == "python" and pbtxt.parameters(denoise)["model_file"] == "denoise.onnx"
@@ -862,3 +865,20 @@ def test_an_mmada_export_answers_as_the_pipeline_does(mmada_server):
             assert got == {"text": w.text, "token_ids": list(w.token_ids), "kept": w.kept, "steps": w.steps}
     finally:
         client.close()
+
+
+@pytest.mark.slow
+def test_components_can_be_placed_on_named_gpus(fixture_export, tmp_path):
+    """--gpus 0,1 --component-instances 2: every component's instance group names both GPUs, two instances on each
+    (Triton spreads calls over them: data-parallel on one machine); the cpu flavour refuses the flags."""
+    folder, _, _ = fixture_export
+    rc, _, err = cli(triton_main, ["--engines", str(folder), "--out", str(tmp_path / "r"), "--gpus", "0,1",
+                                   "--component-instances", "2"])  # fmt: skip
+    assert rc == 0, err
+    found = configs(tmp_path / "r")
+    for name, config in found.items():
+        groups = [(g.count, list(g.gpus)) for g in config.instance_group]
+        assert groups == ([(2, [])] if name == "seer" else [(2, [0, 1])]), (name, groups)
+    rc, _, err = cli(triton_main, ["--engines", str(folder), "--out", str(tmp_path / "c"), "--flavour", "cpu",
+                                   "--gpus", "0"])  # fmt: skip
+    assert rc == 2 and "for --flavour gpu" in err

@@ -22,7 +22,7 @@ from seer_export.models.families import ranks_by_score, suppressed_ids
 from seer_export.models.llada_v import LLaDAV
 from seer_export.reference.seer import capture_mlp, mlp_statistic, normalise, probe_score
 from seer_trt.contracts.config import SeerConfig, SpecialTokens
-from seer_trt.contracts.graphs import GRAPHS
+from seer_trt.contracts.graphs import GRAPHS, top_k
 
 
 def suppress_masked(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
@@ -85,7 +85,7 @@ def dream_scores(suppressed: torch.Tensor, x0: torch.Tensor, top: torch.Tensor,
 
 
 def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
-           ids: tuple[int, ...] | None = None, scores: bool = False) -> tuple[torch.Tensor, ...]:  # fmt: skip
+           ids: tuple[int, ...] | None = None, scores: bool = False, top: int = 0) -> tuple[torch.Tensor, ...]:  # fmt: skip
     """x0 [B, G] int64, its log-probability and the end-token probability [B, G] float32, from one reduction.
 
     ``x0`` is the argmax of the suppressed logits and ``log_confidence`` its log softmax probability
@@ -95,18 +95,21 @@ def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
     ``p_end`` = p(<|eot_id|>) + p(<|endoftext|>) under the *unsuppressed* softmax (what ``seer.step_zero``
     reads): its normaliser is the suppressed one plus the suppressed ids' own mass at masked positions, four
     columns, so no second softmax over the vocabulary is computed. ``ids``: the suppressed set (``suppress_masked``).
-    ``scores``: also Dream's ``log_margin`` and ``neg_entropy`` (``dream_scores``).
+    ``scores``: also Dream's ``log_margin`` and ``neg_entropy`` (``dream_scores``). ``top``: also the ``top`` largest
+    suppressed logits and their ids [B, G, top] (``top_logits``, ``top_ids``), what the host samples from.
     """
     ids = special.suppressed_ids if ids is None else ids
     logits = logits.float()  # the vocabulary reduction in fp32, also in fp16 graphs
     suppressed = suppress_masked(logits, gen_ids, special, ids)  # [B, G, V]
     x0 = suppressed.argmax(-1)  # [B, G]
-    top = suppressed.gather(-1, x0[..., None])  # [B, G, 1] the maximum
-    others = torch.exp(suppressed - top)  # [B, G, V]; 1 at x0, which the sum must not hold (it would round s away)
+    top_logit = suppressed.gather(-1, x0[..., None])  # [B, G, 1] the maximum
+    others = torch.exp(
+        suppressed - top_logit
+    )  # [B, G, V]; 1 at x0, which the sum must not hold (it would round s away)
     is_x0 = torch.arange(suppressed.shape[-1], device=x0.device) == x0[..., None]
     s = torch.where(is_x0, torch.zeros_like(others), others).sum(-1)  # [B, G] mass beside x0, relative to it
     log_confidence = -log1p(s)
-    lse = top[..., 0] + log1p(s)  # log-sum-exp of the suppressed logits
+    lse = top_logit[..., 0] + log1p(s)  # log-sum-exp of the suppressed logits
     if ids:
         masked = (gen_ids == special.mask_id)[..., None]  # [B, G, 1]
         banned = torch.stack([logits[..., i] for i in ids], dim=-1)  # [B, G, 4]
@@ -115,9 +118,11 @@ def greedy(logits: torch.Tensor, gen_ids: torch.Tensor, special: SpecialTokens,
     else:  # nothing suppressed: one normaliser
         lse_all = lse
     p_end = torch.exp(logits[..., special.eot_id] - lse_all) + torch.exp(logits[..., special.endoftext_id] - lse_all)
-    if scores:
-        return x0, log_confidence, p_end, *dream_scores(suppressed, x0, top, s)
-    return x0, log_confidence, p_end
+    out = (x0, log_confidence, p_end, *(dream_scores(suppressed, x0, top_logit, s) if scores else ()))
+    if top:
+        values, indices = torch.topk(suppressed, top, dim=-1)
+        out = (*out, values, indices)
+    return out
 
 
 PROBE_INITIALIZER = "seer_probe"  # the probe's weight vector in the step_zero graph (from the calibration)
@@ -203,7 +208,8 @@ class DenoiseGraph(_CachedGraph):
         past_weights: torch.Tensor, *past: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:  # fmt: skip
         logits, present = self._logits(prefix_embeds, gen_ids, segment_ids, position_ids, past_weights, past)
-        return *greedy(logits, gen_ids, self.special, self.suppressed, self.scores), *present
+        top = top_k(self.llada.config.text.vocab_size)
+        return *greedy(logits, gen_ids, self.special, self.suppressed, self.scores, top), *present
 
 
 class DenoiseLogitsGraph(_CachedGraph):

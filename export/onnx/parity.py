@@ -239,8 +239,11 @@ def compare(
     if out.kind == "index":
         gap = np.zeros(got.shape)
         if probs is not None:
-            p_got = np.take_along_axis(probs, got[..., None], axis=-1)[..., 0]
-            p_want = np.take_along_axis(probs, want[..., None], axis=-1)[..., 0]
+            if got.ndim == probs.ndim:  # ids along the last axis already (top_ids [B, G, k])
+                p_got, p_want = np.take_along_axis(probs, got, -1), np.take_along_axis(probs, want, -1)
+            else:  # one id per position (x0 [B, G])
+                p_got = np.take_along_axis(probs, got[..., None], axis=-1)[..., 0]
+                p_want = np.take_along_axis(probs, want[..., None], axis=-1)[..., 0]
             gap = np.where(same, 0.0, p_want - p_got)
         within = same | ((gap <= tol.atol) & (probs is not None))
         agreement = float(within.mean()) if within.size else 1.0

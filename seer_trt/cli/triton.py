@@ -30,12 +30,29 @@ def build_parser() -> argparse.ArgumentParser:
                     "Python-backend models running ONNX Runtime (default: gpu)")  # fmt: skip
     ap.add_argument("--name", default="seer", help="the orchestrator's model name; components are NAME_GRAPH")
     ap.add_argument("--instances", type=int, default=2, help="orchestrator instances (default: 2)")
+    ap.add_argument("--gpus", type=_gpus, default=(), metavar="0,1,...",
+                    help="gpu flavour: the GPUs every component runs on, one instance group naming them (default: "
+                    "every GPU Triton sees)")  # fmt: skip
+    ap.add_argument(
+        "--component-instances",
+        type=int,
+        default=1,
+        metavar="N",
+        help="gpu flavour: instances of each component on each GPU (default: 1)",
+    )
     add_threads(ap, help="ONNX Runtime threads per cpu component")
     add_cache(ap, default="none", orders=False, why="; the orchestrator's BLS calls move tensors through host memory")
     ap.add_argument("--force", action="store_true", help="replace a repository seer-triton wrote at --out; a folder "
                     "holding anything else is never replaced")  # fmt: skip
     add_verbose(ap)
     return ap
+
+
+def _gpus(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of GPU indices such as 0,1") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +64,8 @@ def work(args: argparse.Namespace) -> int:
     from seer_trt.serving.triton.repository import plan_repository, write_repository
 
     cache = CacheConfig(args.cache, args.refresh_interval)
-    plan = plan_repository(args.engines, args.flavour, args.name, args.instances, args.threads, cache)
+    plan = plan_repository(args.engines, args.flavour, args.name, args.instances, args.threads, cache, args.gpus,
+                           args.component_instances)  # fmt: skip
     out = write_repository(plan, args.out, args.force)
     for model in plan.models:
         print(f"{model.name}: {model.platform or model.backend}")

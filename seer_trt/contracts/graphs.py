@@ -273,8 +273,18 @@ def for_front_end(names: tuple[str, ...], encoder: str) -> tuple[str, ...]:
 SAMPLING_GRAPHS = ("denoise_logits",)  # added by seer-export --sampling (temperature > 0, random remasking)
 
 
+TOP_K = 64  # the most probable ids per position the window graph returns for host-side sampling
+
+
+def top_k(vocab: int) -> int:
+    """How many ids ``top_logits`` / ``top_ids`` hold: ``TOP_K``, at most half the vocabulary (so the suppressed
+    ids, -inf at masked positions, never fill them)."""
+    return max(1, min(TOP_K, vocab // 2))
+
+
 def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] = SERVING_GRAPHS,
-                probe: bool = False, cache: bool = True, scores: bool = False) -> dict[str, GraphSpec]:  # fmt: skip
+                probe: bool = False, cache: bool = True, scores: bool = False,
+                top: bool = True) -> dict[str, GraphSpec]:  # fmt: skip
     """Concrete specs of the graphs ``names`` for a model with ``dims`` exported in ``precision``.
 
     Args:
@@ -285,6 +295,9 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
         cache: the window graphs (CACHED_GRAPHS) take and return prompt K/V (``cache_specs``).
         scores: ``denoise`` also returns Dream's scores (``log_margin``, ``neg_entropy``): the family's loop ranks
             positions by one (``seer_export.models.families.ranks_by_score``).
+        top: ``denoise`` also returns the ``top_k`` most probable ids per position and their (suppressed) logits,
+            ``top_logits`` [batch, answer, k] float32 and ``top_ids`` int64, what the runtime samples from at
+            temperature > 0 on an export without ``denoise_logits``.
     """
     missing = [a for a in MODEL_AXES if a not in dims]
     if missing:
@@ -308,6 +321,13 @@ def graph_specs(dims: Mapping[str, int], precision: str, names: tuple[str, ...] 
         specs["denoise"] = dataclasses.replace(
             window, outputs=tuple(t for t in window.outputs if t.name not in dropped)
         )
+    if "denoise" in specs and top:
+        window, k = specs["denoise"], top_k(dims["vocab"])
+        head = tuple(t for t in window.outputs if not t.name.startswith("present."))
+        tail = tuple(t for t in window.outputs if t.name.startswith("present."))
+        sampled = (TensorSpec("top_logits", "float32", ("batch", "answer", k)),
+                   TensorSpec("top_ids", "int64", ("batch", "answer", k), kind="index"))  # fmt: skip
+        specs["denoise"] = dataclasses.replace(window, outputs=head + sampled + tail)
     if "step_zero" in specs and not probe:
         zero = specs["step_zero"]
         specs["step_zero"] = dataclasses.replace(

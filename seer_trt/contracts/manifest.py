@@ -482,7 +482,8 @@ class Manifest:
                 out.append((f"graphs.{name}.external_data", g.external_data))
         if self.weights is not None:
             out += [("weights.file", self.weights.file), ("weights.index", self.weights.index)]
-        out += [(f"engines.{b}.{g}", f) for b, files in self.engines.items() for g, f in files.items()]
+        out += [(f"engines.{b}.{g}", f.get("file") if isinstance(f, dict) else f)  # a plan: a name or {file, profiles}
+                for b, files in self.engines.items() for g, f in files.items()]  # fmt: skip
         out += [(f"builds.{b}.engines.{g}.file", e.file) for b, build in self.builds.items()
                 for g, e in build.engines.items()]  # fmt: skip
         out += [(f"checksums.{f}", f) for f in self.checksums]

@@ -134,6 +134,39 @@ class Sampled:
             return x0, picked - np.log(np.exp(shifted).sum(-1))  # log softmax of x0, float64
 
 
+@dataclasses.dataclass(frozen=True)
+class TopK:
+    """Sampling from the ``denoise`` graph's ``top_logits`` / ``top_ids`` (the most probable ids per position, what an
+    export without ``denoise_logits`` returns): Gumbel-max over those ids in float64 at the temperature, within the
+    row's ``top_p`` nucleus of them. It differs from LLaDA-V's Gumbel over the whole vocabulary (``Sampled``) by the
+    mass outside the top ids, which it never draws, and by its draws (one uniform per kept id, not per vocabulary
+    id). The confidence is the full softmax's log-probability of the drawn id (``low_confidence``), from the graph's
+    ``log_confidence`` of its argmax, or a uniform draw (``random``)."""
+
+    temperature: float
+    remasking: str  # "low_confidence" | "random"
+    seeds: np.ndarray  # [n]
+    top_p: np.ndarray | None = None  # [n]
+    graph: str = "denoise"
+
+    def __call__(self, out, layout, step, shape, mask_id):
+        k = out["top_logits"].shape[-1]
+        logits = layout.gather(out["top_logits"], (*shape, k), 0.0).astype(np.float64)  # [n, L, k] descending
+        ids = layout.gather(out["top_ids"], (*shape, k), mask_id)
+        positions = np.broadcast_to(np.arange(shape[1])[None], shape)
+        shifted = logits - logits[..., :1]  # the argmax at 0
+        drawn = np.exp(shifted)
+        if self.temperature > 0 and self.top_p is not None and (np.asarray(self.top_p) < 1).any():
+            drawn = drawn * nucleus(shifted / self.temperature, np.asarray(self.top_p, dtype=np.float64))
+        gumbel = (-np.log(uniform(self.seeds, 2 * step, positions, k))) ** self.temperature
+        pick = np.argmax(drawn / gumbel, axis=-1)[..., None]  # [n, L, 1]
+        x0 = np.take_along_axis(ids, pick, -1)[..., 0]
+        if self.remasking == "random":
+            return x0, np.log(uniform(self.seeds, 2 * step + 1, positions, 1)[..., 0])
+        best = layout.gather(log_confidence(out), shape, -np.inf).astype(np.float64)  # log p of the argmax
+        return x0, best + np.take_along_axis(shifted, pick, -1)[..., 0]
+
+
 def nucleus(scaled: np.ndarray, top_p: np.ndarray) -> np.ndarray:
     """[n, L, V] bool: per row and position the smallest set of most probable ids under softmax(``scaled``) whose
     mass reaches the row's ``top_p`` [n] (the most probable id always; ties to the lower id)."""
@@ -257,7 +290,9 @@ class Loop:
         self.dropped = np.zeros(n, dtype=bool)  # rows taken out before they finished (a client that left)
         self.cap = schedule.steps if self.fixed else schedule.kept  # steps a row may take (a dynamic step commits one)
         self.kv = GroupCache(cache, backend.spec(decoder.graph), layout, logit_shift)
-        self.reads = step_outputs(backend.spec(decoder.graph))  # what a step that stores no cache fetches
+        # what a step that stores no cache fetches (the top ids only for the decoder that samples from them)
+        self.reads = tuple(n for n in step_outputs(backend.spec(decoder.graph))
+                           if isinstance(decoder, TopK) or not n.startswith("top_"))  # fmt: skip
         self.ends = np.zeros(n, dtype=np.int64)  # [n] each row's block end at the previous step
         self.t = 0  # steps taken
 

@@ -38,7 +38,7 @@ from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache, check_dispatch
 from seer_trt.runtime import costs
 from seer_trt.runtime.boundary import detect
-from seer_trt.runtime.denoise import Greedy, Loop, Sampled
+from seer_trt.runtime.denoise import Greedy, Loop, Sampled, TopK
 from seer_trt.runtime.detokenize import detokenize
 from seer_trt.runtime.dispatch import CostModel, DispatchPlan, plan_dispatch
 from seer_trt.runtime.embed import Embedder, PromptEmbeds
@@ -474,17 +474,32 @@ class SeerPipeline:
         return name if any(t.name == name for t in self.manifest.graph("denoise").spec.outputs) else None
 
     def decoder_graph(self, gen: GenerationConfig) -> str:
-        """The window graph a request of ``gen`` runs: ``denoise`` (greedy, by log-probability or an in-graph score),
-        or ``denoise_logits`` (sampling, random remasking, a Dream score this export's denoise does not return)."""
+        """The window graph a request of ``gen`` runs: ``denoise`` (greedy, by log-probability or an in-graph score;
+        sampling from its top ids where the export has no ``denoise_logits``), or ``denoise_logits`` (sampling,
+        random remasking, a Dream score this export's denoise does not return)."""
         greedy = gen.temperature == 0 and gen.remasking == "low_confidence"
-        return "denoise" if greedy or self.in_graph_score(gen) else "denoise_logits"
+        return "denoise" if greedy or self.in_graph_score(gen) or self.samples_top(gen) else "denoise_logits"
+
+    def samples_top(self, gen: GenerationConfig) -> bool:
+        """Whether a request of ``gen`` samples from ``denoise``'s top ids (``TopK``): sampling or random remasking
+        on an export whose ``denoise`` returns them and that has no ``denoise_logits`` (the exact full-vocabulary
+        sampler, preferred where exported)."""
+        if gen.remasking not in ("low_confidence", "random") or "denoise_logits" in self.manifest.graphs:
+            return False
+        if "denoise" not in self.manifest.graphs or (gen.temperature == 0 and gen.remasking == "low_confidence"):
+            return False
+        return any(t.name == "top_ids" for t in self.manifest.graph("denoise").spec.outputs)
 
     def decoder(self, gen: GenerationConfig, seeds: np.ndarray, top_p: np.ndarray | None = None):
         """The loop's ``Decoder`` for ``gen`` (``seeds``, ``top_p``: one per row, for sampling)."""
         if gen.temperature == 0 and gen.remasking == "low_confidence":
             return Greedy()
         score = self.in_graph_score(gen)
-        return Greedy(score) if score else Sampled(gen.temperature, gen.remasking, seeds, top_p=top_p)
+        if score:
+            return Greedy(score)
+        if self.samples_top(gen):
+            return TopK(gen.temperature, gen.remasking, seeds, top_p=top_p)
+        return Sampled(gen.temperature, gen.remasking, seeds, top_p=top_p)
 
     def close(self) -> None:
         self.backend.close()

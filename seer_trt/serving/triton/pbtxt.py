@@ -52,8 +52,13 @@ class InstanceGroup:
     count: int  # instances of the model (per GPU for KIND_GPU)
     kind: str  # "KIND_CPU" | "KIND_GPU"
     profiles: tuple[str, ...] = ()  # TensorRT optimization profile indices this group may use; () = all
+    gpus: tuple[int, ...] = ()  # KIND_GPU: the devices it runs on, ``count`` instances on each; () = every GPU
 
     def __post_init__(self) -> None:
+        if self.gpus and (
+            self.kind != "KIND_GPU" or any(d < 0 for d in self.gpus) or len(set(self.gpus)) < len(self.gpus)
+        ):
+            raise ConfigError(f"instance group gpus {list(self.gpus)}: distinct device indices >= 0, KIND_GPU only")
         if self.kind not in KINDS or self.count < 1:
             raise ConfigError(
                 f"instance group {self.count} x {self.kind!r}: expected a count >= 1 and a kind in {KINDS}"

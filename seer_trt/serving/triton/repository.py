@@ -137,7 +137,8 @@ def graph_files(folder: Path, manifest: Manifest, graph: str) -> tuple[tuple[str
 
 
 def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer", instances: int = 2,
-                    threads: int = 0, cache: CacheConfig = TRITON_CACHE) -> RepositoryPlan:  # fmt: skip
+                    threads: int = 0, cache: CacheConfig = TRITON_CACHE, gpus: tuple[int, ...] = (),
+                    per_gpu: int = 1) -> RepositoryPlan:  # fmt: skip
     """What ``seer-triton`` writes for an export folder.
 
     Args:
@@ -148,6 +149,9 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
         instances: orchestrator instances (each runs its own pipeline; requests are spread over them).
         threads: ONNX Runtime intra-op threads per CPU component (0: its default).
         cache: the orchestrator's prompt K/V cache policy (default none: see TRITON_CACHE).
+        gpus: gpu flavour: the devices every component runs on (one instance group naming them; () = every GPU
+            Triton sees); a machine of several GPUs then serves data-parallel, Triton spreading calls over them.
+        per_gpu: gpu flavour: instances of each component on each of those GPUs.
 
     Raises:
         ConfigError: an unknown flavour, a bad name or instance count.
@@ -160,6 +164,8 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
         raise ConfigError(f"model name {name!r} must be letters, digits, '_' or '-'; e.g. --name seer")
     if instances < 1 or threads < 0:
         raise ConfigError(f"--instances {instances} / --threads {threads}: expected >= 1 / >= 0")
+    if per_gpu < 1 or ((gpus or per_gpu > 1) and flavour != "gpu"):
+        raise ConfigError(f"--gpus / --component-instances {per_gpu}: for --flavour gpu, with >= 1 instance per GPU")
     manifest = Manifest.read(folder)
     plans = engines(manifest) if flavour == "gpu" else {}
     code_path = str(Path(__file__).resolve().parents[2])  # the folder holding the seer_trt package
@@ -180,7 +186,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
             plan = plans[graph]
             # One group listing every profile: each instance holds one execution context per profile and Triton
             # picks the covering one per request (a group per single profile would receive requests of any shape).
-            group = InstanceGroup(1, "KIND_GPU", tuple(str(i) for i in range(plan.profiles)))
+            group = InstanceGroup(per_gpu, "KIND_GPU", tuple(str(i) for i in range(plan.profiles)), gpus)
             models.append(ModelSpec(**common, backend="tensorrt", platform="tensorrt_plan", instance_groups=(group,),
                                     default_model_filename=Path(plan.file).name,
                                     files=((Path(plan.file).name, folder / plan.file),)))  # fmt: skip
@@ -189,7 +195,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
             mode = "FP16" if manifest.graph(graph).precision == "float16" else "FP32"
             trt = Accelerator("tensorrt", (("precision_mode", mode), ("max_workspace_size_bytes", str(1 << 32))))
             models.append(ModelSpec(**common, backend="onnxruntime", platform="onnxruntime_onnx",
-                                    instance_groups=(InstanceGroup(1, "KIND_GPU"),), accelerator=trt,
+                                    instance_groups=(InstanceGroup(per_gpu, "KIND_GPU", gpus=gpus),), accelerator=trt,
                                     default_model_filename=files[0][0], files=files))  # fmt: skip
     export_files = ((f"{EXPORT_DIR}/{MANIFEST_FILE}", folder / MANIFEST_FILE),
                     (f"{EXPORT_DIR}/{manifest.tokenizer}", folder / manifest.tokenizer))  # fmt: skip
