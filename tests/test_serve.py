@@ -646,6 +646,66 @@ def test_seer_serve_command_serves_and_stops_on_sigterm(fixture_export):
             proc.wait(10)
 
 
+def test_a_shutdown_past_its_grace_ends_each_request_with_an_answer(fixture_export):
+    """SIGTERM with long requests running and --grace 1: whole requests end as answers or OpenAI's error body (503),
+    a stream with an error event and [DONE] (issue 37: plain-text 500s and cut streams); no traceback in the log."""
+    folder, _, _ = fixture_export
+    proc = subprocess.Popen([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(folder), "--port", "0",
+                             "--threads", "1", "--grace", "1"], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        for _ in range(50):
+            line = proc.stderr.readline()
+            match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
+            if match or not line:
+                break
+        assert match, line
+        base = match.group(1)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "seer-serve did not become healthy"
+            time.sleep(0.1)
+        long = {"model": folder.name, "messages": user("count to 9 ."), "seer": False, "decoding": "fixed",
+                "cache": "none", "max_tokens": 256, "steps": 256}  # fmt: skip
+        whole: list = [None] * 6
+        streamed: list[str] = []
+
+        def ask(i: int) -> None:
+            whole[i] = httpx.post(f"{base}/v1/chat/completions", json=long, timeout=60)
+
+        def stream() -> None:
+            with httpx.stream("POST", f"{base}/v1/chat/completions", json={**long, "stream": True}, timeout=60) as r:
+                streamed.extend(r.iter_lines())
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)] + [threading.Thread(target=stream)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # every request in, the first ones denoising
+        proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(60)
+        assert proc.wait(60) == 128 + signal.SIGTERM
+        log = proc.stderr.read()
+        assert "Traceback" not in log, log[-3000:]
+        for r in whole:
+            assert r.status_code in (200, 503), r.text
+            assert "choices" in r.json() if r.status_code == 200 else r.json()["error"]["code"] == "cancelled"
+        assert any(r.status_code == 503 for r in whole)  # the grace was spent
+        events = [line for line in streamed if line]
+        if events and events[0].startswith("{"):  # ended before its first final id: its status, 503, as JSON
+            assert json.loads(events[0])["error"]["code"] == "cancelled", events
+        else:  # a stream: finished, or an error event, then [DONE]
+            assert events and events[-1] == "data: [DONE]", events[-3:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
 @pytest.mark.parametrize(("flags", "words"), [
     (["--port", "70000"], "--port 70000 is not a port"),
     (["--max-queue", "0"], "--max-queue 0 must be at least 1"),
