@@ -606,6 +606,27 @@ def test_load_concurrent_streamed_and_abandoned_requests(url, engine, pipe):
 # --- the command ----------------------------------------------------------------------------------------------
 
 
+def healthy(proc: subprocess.Popen, after: str = "") -> str:
+    """The base URL a seer-serve child prints on stderr (its line, past whatever the libraries print on start-up;
+    ``after``: what must follow ``/v1 ``), once ``/health`` answers 200 there."""
+    for _ in range(50):
+        line = proc.stderr.readline()
+        match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1 ?" + after, line)
+        if match or not line:
+            break
+    assert match, line
+    base = match.group(1)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                return base
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "seer-serve did not become healthy"
+        time.sleep(0.1)
+
+
 def test_seer_serve_command_serves_and_stops_on_sigterm(fixture_export):
     folder, _, _ = fixture_export
     env = {**os.environ, "SEER_API_KEY": KEY}
@@ -613,22 +634,7 @@ def test_seer_serve_command_serves_and_stops_on_sigterm(fixture_export):
                              "--threads", "1", "--binding-cache-mib", "16"], stderr=subprocess.PIPE, text=True,
                             env=env)  # fmt: skip
     try:
-        for _ in range(50):  # its line, after whatever the libraries print on start-up
-            line = proc.stderr.readline()
-            match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1 \(API key required\)", line)
-            if match or not line:
-                break
-        assert match, line
-        base = match.group(1)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "seer-serve did not become healthy"
-            time.sleep(0.1)
+        base = healthy(proc, r"\(API key required\)")
         client = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0, timeout=REQUEST_TIMEOUT_S)
         assert [m.id for m in client.models.list()] == [folder.name]
         answer = client.chat.completions.create(model=folder.name, messages=user("count to 7 ."))
@@ -653,22 +659,7 @@ def test_a_shutdown_past_its_grace_ends_each_request_with_an_answer(fixture_expo
     proc = subprocess.Popen([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(folder), "--port", "0",
                              "--threads", "1", "--grace", "1"], stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        for _ in range(50):
-            line = proc.stderr.readline()
-            match = re.search(r"on (http://127\.0\.0\.1:\d+)/v1", line)
-            if match or not line:
-                break
-        assert match, line
-        base = match.group(1)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "seer-serve did not become healthy"
-            time.sleep(0.1)
+        base = healthy(proc)
         long = {"model": folder.name, "messages": user("count to 9 ."), "seer": False, "decoding": "fixed",
                 "cache": "none", "max_tokens": 256, "steps": 256}  # fmt: skip
         whole: list = [None] * 6

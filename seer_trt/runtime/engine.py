@@ -228,7 +228,8 @@ class Engine:
         """Queued requests go to the preparing pool, up to ``max_rows`` rows in all; those prepared become cohorts:
         grouped by settings as ``generate`` plans a call, each group started (step zero batched, L*, dispatch). An
         engine stepped by hand (never started) waits for its preparations, so each step admits what was queued."""
-        while self._room() > 0:
+        room = self._room()  # counted once: each ticket taken below joins the preparing list
+        while room > 0:
             try:
                 ticket = self.queue.get_nowait()
             except queue.Empty:
@@ -241,6 +242,7 @@ class Engine:
                 future = self._pool.submit(self.pipe.prepare_one, ticket.request)
                 future.add_done_callback(lambda _: self._wake.set())
                 self._preparing.append((ticket, future))
+                room -= 1
         if self._thread is None and self._preparing:
             wait_all([f for _, f in self._preparing])
         done = [(t, f) for t, f in self._preparing if f.done()]
