@@ -90,7 +90,7 @@ def test_turns_are_bounded_and_rendering_is_linear_in_them(monkeypatch):
     start = time.perf_counter()
     with pytest.raises(InputError, match="the conversation has 1001 turns, more than the 128 accepted"):
         fmt.check_length("count", None, many)
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < 1.0  # rendering them took 23 s
     renders = []
     real = ChatFormat._render
     monkeypatch.setattr(ChatFormat, "_render", lambda self, r, c: renders.append(1) or real(self, r, c))
@@ -166,7 +166,7 @@ def test_a_50_mb_jsonl_line_is_refused_with_bounded_memory(fixture_export, tmp_p
     assert runs["big"]["peak"] - runs["control"]["peak"] < 200, runs
     t = time.perf_counter()
     assert read_jsonl(big, jsonl_line_limit(9728))[1][1].startswith("line 2: ")
-    assert time.perf_counter() - t < 1.0  # the line is skipped in bounded chunks, never parsed
+    assert time.perf_counter() - t < 3.0  # the line is skipped in bounded chunks, never parsed
 
 
 def test_jsonl_lines_past_the_bound_fail_alone_and_the_rest_are_read(tmp_path):
@@ -222,7 +222,7 @@ def test_the_decode_limit_follows_the_tiling(tmp_path):
     t = time.perf_counter()
     with pytest.raises(InputError, match=r"7000x7000 px and would decode to 49000000 pixels.*max_decoded_pixels"):
         load_image(png, limits)
-    assert time.perf_counter() - t < 1
+    assert time.perf_counter() - t < 2  # refused from the header
     jpeg = tmp_path / "photo.jpg"
     Image.new("RGB", (6000, 4000), (200, 10, 10)).save(jpeg, quality=50)  # 24 MP: decodes at 1/4 scale
     pixels, original = load_image(jpeg, limits, needed=lambda size: (384, 384))

@@ -206,7 +206,7 @@ def test_a_slow_preparation_delays_no_other_request(pipe, monkeypatch):
         time.sleep(0.1)
         start = time.monotonic()
         quick = engine.generate(Request("count to 3 ."), timeout_s=30)
-        assert quick.text.startswith("1 2 3") and time.monotonic() - start < 1.5 and not held.future.done()
+        assert quick.text.startswith("1 2 3") and time.monotonic() - start < 2.5 and not held.future.done()
         assert held.result(30).text.startswith("1 2 3 4 5 6 7 8 9")
     finally:
         engine.close()

@@ -777,7 +777,8 @@ BIG_PROMPT = 50 * 2**20  # bytes: the issue's 5.2 MB prompt took 18 s, and 6.8 G
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_50_mb_prompt_is_refused_before_it_is_read(server, clients, expected, protocol):
     """Refused for its size before it is decoded, templated or tokenized: INVALID_ARGUMENT / 400, the server's time
-    on it well under a second, its memory grown by about what receiving the request takes (the message, and its
+    on it a few seconds at most (mostly copying 50 MB into the backend's shared memory; 1.02 s once on a loaded
+    2-core CI machine, so the bound is 5 s, against the minutes tokenizing it took), its memory grown by about what receiving the request takes (the message, and its
     copy into the Python backend's shared memory)."""
     import time
 
@@ -803,7 +804,7 @@ def test_a_50_mb_prompt_is_refused_before_it_is_read(server, clients, expected, 
     assert len(err.value.message()) < 300  # one line naming the limit, not the prompt
     assert set(after) == set(before) and len(after) >= 2  # tritonserver and its stubs, none restarted
     assert growth < 200 * 2**20, f"the server grew by {growth / 2**20:.0f} MiB"
-    assert 0 < served < 1.0 and seconds < 10  # unchecked, tokenizing alone took minutes and gigabytes
+    assert 0 < served < 5.0 and seconds < 20  # unchecked, tokenizing alone took minutes and gigabytes
     assert answer(client.infer("seer", inputs(module, CASES[0]))) == wanted(expected[0])
 
 
