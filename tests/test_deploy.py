@@ -1,5 +1,5 @@
 """deploy/: the Kubernetes objects validate against Kubernetes' own schemas (kubernetes-validate, strict), the KServe
-InferenceService names what KServe's Triton runtime needs, and every file and command the container recipe and the
+InferenceService against KServe's (tools/kserve_validate.py) and names what KServe's Triton runtime needs, and every file and command the container recipe and the
 manifests name exists (no Docker daemon runs here to build it)."""
 
 from __future__ import annotations
@@ -57,6 +57,28 @@ def test_the_inference_service_serves_the_repository_on_kserves_triton_runtime()
     assert set(predictor["triton"]) >= {"storageUri", "runtimeVersion", "resources"}
     assert predictor["triton"]["resources"]["limits"]["nvidia.com/gpu"] == 1  # one replica per GPU
     assert predictor["minReplicas"] <= predictor["maxReplicas"]
+
+
+def test_the_inference_service_validates_against_kserves_schema(tmp_path):
+    """tools/kserve_validate.py: strict against KServe 0.21's published schema (read from its SDK's generated models)
+    with Kubernetes' own types inside checked by kubernetes-validate; a copy with a misspelt field, a string count, an
+    unknown scale metric and a wrong resources key is refused naming each."""
+    tool = [sys.executable, str(ROOT / "tools" / "kserve_validate.py")]
+    p = subprocess.run([*tool, str(DEPLOY / "inference-service.yaml")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "valid against kserve 0.21.0's V1beta1InferenceService schema" in p.stdout, (
+        p.stdout + p.stderr
+    )
+    bad = yaml.safe_load((DEPLOY / "inference-service.yaml").read_text())
+    predictor = bad["spec"]["predictor"]
+    predictor["minReplicas"], predictor["scaleMetric"] = "1", "queue"
+    predictor["triton"]["runtimVersion"] = predictor["triton"].pop("runtimeVersion")
+    predictor["triton"]["resources"]["request"] = predictor["triton"]["resources"].pop("requests")
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    p = subprocess.run([*tool, str(tmp_path / "bad.yaml")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1 and "INVALID" in p.stdout, p.stdout + p.stderr
+    for error in ("predictor.minReplicas: '1' is not int", "'queue' is not one of concurrency, rps, cpu, memory",
+                  "triton.runtimVersion: not a field of V1beta1TritonSpec", "('request' was unexpected)"):  # fmt: skip
+        assert error in p.stdout, p.stdout
 
 
 def test_every_file_and_command_the_container_recipe_names_exists():

@@ -1,6 +1,6 @@
 """seer-serve's replicas on a real local Ray cluster (seer_trt/serving/ray_serve.py, tools/ray_cluster.py): a head and a
 second node as separate ``ray start`` processes inside a network namespace with loopback alone (Ray binds and dials
-the machine's own address otherwise), 2 replicas, 16 clients, 200 requests (text and image, a quarter streamed), then
+the machine's own address otherwise), 2 replicas deployed by ``seer-serve --ray``, 16 clients, 200 requests (text and image, a quarter streamed), then
 the same load with one replica's process killed halfway. Bounded in count and time; needs root for ``unshare -n``."""
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ def test_two_replicas_on_two_nodes_answer_every_request_and_survive_a_killed_rep
     steady, fault = report["runs"]["steady"], report["runs"]["fault"]
     assert steady["answered_first_time"] == steady["sent"] == 200 and steady["lost"] == steady["hung"] == 0
     assert len(steady["per_replica"]) == 2 and min(steady["per_replica"].values()) > 0  # both replicas answered
+    assert steady["per_replica_metrics"] == steady["per_replica"]  # and their own counters say so, request for request
     assert steady["equal_to_generate"] >= 199  # equal up to float rounding at a border (docs/DESIGN.md "Serving")
     # the fault: every request answered, first time or on the client's retry of a 5xx / closed connection
     assert fault["lost"] == fault["hung"] == fault["refused"] == 0
     assert fault["answered_first_time"] + fault["answered_on_retry"] == fault["sent"] == 200
     assert fault["equal_to_generate"] >= 199
     assert report["replicas_running_after"] == 2 and report["replica_back_s"] < 120  # Ray brought it back
+    # seer-serve --ray deployed it, and SIGTERM removed it: the application is gone and the command exits as one
+    assert report["serve_exit"] == 128 + 15 and report["applications_after_stop"] == []

@@ -704,11 +704,33 @@ def test_a_shutdown_past_its_grace_ends_each_request_with_an_answer(fixture_expo
     (["--timeout", "0"], "--timeout 0.0 must be a positive number"),
     (["--image-url-timeout", "-1"], "--image-url-timeout -1.0 must be a positive number"),
     (["--binding-cache-mib", "-1"], "--binding-cache-mib -1 must be at least 0"),
+    (["--replicas", "2"], "--replicas apply with --ray ADDRESS"),
+    (["--autoscale", "1:2", "--gpus-per-replica", "1"], "--autoscale, --gpus-per-replica apply with --ray ADDRESS"),
+    (["--ray", "auto", "--autoscale", "3:1"], "--autoscale 3:1 is not MIN:MAX replicas with 1 <= MIN <= MAX"),
+    (["--ray", "auto", "--replicas", "2", "--autoscale", "1:2"], "--replicas and --autoscale are two ways"),
+    (["--ray", "auto", "--replicas", "0"], "--replicas 0 must be at least 1"),
+    (["--ray", "auto", "--binding-cache-mib", "8"], "--binding-cache-mib applies to seer-serve's own engine"),
 ])  # fmt: skip
 def test_bad_flags_are_one_line_before_anything_opens(tmp_path, flags, words):
     r = subprocess.run([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(tmp_path / "none"), *flags],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+
+
+def test_seer_serve_ray_without_a_cluster_there_is_one_line_at_once(fixture_export):
+    """--ray at an address nothing listens on: exit 2 and one line naming it, not Ray's client retrying for minutes
+    (the cluster itself: tests/test_ray.py)."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(fixture_export[0]), "--ray",
+                        f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"--ray 127.0.0.1:{port}: no Ray cluster answers there (Connection refused)" in r.stderr
+    assert time.monotonic() - start < 60
 
 
 def test_connections_to_seer_serves_socket_send_without_delay():

@@ -5,15 +5,17 @@
 
 Run as root inside a network namespace of its own (``unshare -n``): it brings up ``lo`` and starts a head and one
 more node as separate ``ray start`` processes on 127.0.0.1 (Ray otherwise binds and dials the machine's own address),
-deploys ``seer_trt.serving.ray_serve`` with ``--replicas`` replicas (one CPU each, so they land on both nodes), and
-sends ``--requests`` held-out requests (text and image, every fourth streamed) from ``--clients`` threads through
+deploys ``seer_trt.serving.ray_serve`` with ``seer-serve --ray ... --replicas N`` (one CPU each, so they land on
+both nodes), and sends ``--requests`` held-out requests (text and image, every fourth streamed) from ``--clients`` threads through
 Serve's proxy. A client sends again, up to 5 times, what ends in a 5xx, a closed connection or a stream without
 ``[DONE]`` (what a client of any replicated service does); nothing else retries. With ``--fault`` a replica's process
 is killed (SIGKILL) halfway through a second run of the same load. Prints (and writes) one JSON object: per run the
 requests sent, answered first time, answered on retry, refused (4xx), lost (no answer after the retries) and hung
-(no answer within the per-try timeout), requests/s, p50/p99, requests per replica (the ``X-Seer-Replica`` header),
+(no answer within the per-try timeout), requests/s, p50/p99, requests per replica (the ``X-Seer-Replica`` header,
+and on the steady run each replica's own request counter from Ray's metrics agents),
 answers equal to ``SeerPipeline.generate``'s alone; for the fault run the seconds until Serve had every replica
-running again and the survivor's RSS before and after. The cluster is stopped on the way out.
+running again and the survivor's RSS before and after; then seer-serve's exit status on SIGTERM and the
+applications left. The cluster is stopped on the way out.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HEAD_PORT, HTTP_PORT = 6390, 8590
+METRICS_PORTS = (8591, 8592)  # each node's Ray metrics agent (Prometheus text): the replicas' own request counters
 TRY_TIMEOUT_S, TRIES = 60.0, 5
 
 
@@ -42,12 +45,77 @@ def sh(*args: str) -> None:
 
 
 def start_cluster() -> None:
-    env = {"RAY_USAGE_STATS_ENABLED": "0"}
+    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_metrics_report_interval_ms": "1000"}
     os.environ.update(env)
     sh("ip", "link", "set", "lo", "up")
-    sh("ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(HEAD_PORT), "--num-cpus", "1",
-       "--include-dashboard", "false", "--disable-usage-stats")  # fmt: skip
-    sh("ray", "start", "--address", f"127.0.0.1:{HEAD_PORT}", "--node-ip-address", "127.0.0.1", "--num-cpus", "1")
+    sh(
+        "ray",
+        "start",
+        "--head",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--port",
+        str(HEAD_PORT),
+        "--num-cpus",
+        "1",
+        "--include-dashboard",
+        "false",
+        "--disable-usage-stats",
+        "--metrics-export-port",
+        str(METRICS_PORTS[0]),
+    )
+    sh("ray", "start", "--address", f"127.0.0.1:{HEAD_PORT}", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+       "--metrics-export-port", str(METRICS_PORTS[1]))  # fmt: skip
+
+
+def start_serving(engines: Path, replicas: int, model: str) -> subprocess.Popen:
+    """``seer-serve --ray`` deploying the application, once Serve's proxy answers /health through a replica."""
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(engines), "--ray",
+                             f"127.0.0.1:{HEAD_PORT}", "--replicas", str(replicas), "--threads", "1", "--model-name",
+                             model, "--host", "127.0.0.1", "--port", str(HTTP_PORT)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{HTTP_PORT}/health", timeout=5).status_code == 200 and running(replicas):
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise SystemExit(f"seer-serve --ray did not come up: {proc.communicate(timeout=30)[1][-2000:]}")
+
+
+def replica_requests() -> dict[str, float]:
+    """Requests each live replica has processed, from its own metrics (Ray Serve's
+    ``ray_serve_deployment_request_counter_total``, scraped from every node's metrics agent)."""
+    import re
+
+    import httpx
+
+    out: dict[str, float] = {}
+    for port in METRICS_PORTS:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("ray_serve_deployment_request_counter_total{") and 'application="seer"' in line:
+                replica = re.search(r'replica="([^"]+)"', line).group(1)
+                out[replica] = out.get(replica, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def settled_requests(before: dict[str, float], expected: int, wait_s: float = 30.0) -> dict[str, int]:
+    """Per replica, the requests its metrics counted since ``before``, once they add up to ``expected`` or stop
+    changing (the agents report every second)."""
+    deadline, last = time.monotonic() + wait_s, None
+    while True:
+        now = replica_requests()
+        diff = {r: int(n - before.get(r, 0.0)) for r, n in now.items() if n - before.get(r, 0.0) > 0}
+        if sum(diff.values()) >= expected or diff == last or time.monotonic() > deadline:
+            return diff
+        last = diff
+        time.sleep(2)
 
 
 def bodies(n: int, model: str):
@@ -164,6 +232,12 @@ def running(n: int) -> bool:
     return sum(d.replica_states.get("RUNNING", 0) for d in status.deployments.values()) >= n and len(replicas()) >= n
 
 
+def serve_applications() -> list[str]:
+    from ray import serve
+
+    return list(serve.status().applications)
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         return int(Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()[0]) / 1024
@@ -182,18 +256,15 @@ def main() -> int:
     args = ap.parse_args()
     start_cluster()
     report: dict = {"replicas": args.replicas, "clients": args.clients}
+    serving = None
     try:
         import ray
-        from ray import serve
 
         from seer_trt.runtime.pipeline import SeerPipeline
-        from seer_trt.serving.ray_serve import application
 
         ray.init(address=f"127.0.0.1:{HEAD_PORT}", logging_level="ERROR")
-        serve.start(http_options={"host": "127.0.0.1", "port": HTTP_PORT})
         t = time.monotonic()
-        serve.run(application(str(args.engines), args.replicas, threads=1, name="seer-test"), name="seer",
-                  route_prefix="/")  # fmt: skip
+        serving = start_serving(args.engines, args.replicas, "seer-test")
         report["deploy_s"] = time.monotonic() - t
         report["nodes"] = sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]})
         report["node_count"] = sum(n["Alive"] for n in ray.nodes())
@@ -215,9 +286,12 @@ def main() -> int:
                     report["killed_at"] = time.monotonic()
                     os.kill(victim, signal.SIGKILL)
 
+            before = replica_requests()
             got = load(items, args.clients, url, on_half)
             texts = got.pop("texts")
             got["equal_to_generate"] = sum(a == b for a, b in zip(texts, expected, strict=True))
+            if run == "steady":  # a killed replica's counters die with it: compared on the steady run
+                got["per_replica_metrics"] = settled_requests(before, args.requests)
             runs[run] = got
             if run == "fault":
                 deadline = time.monotonic() + 120
@@ -227,7 +301,12 @@ def main() -> int:
                 report["replicas_running_after"] = len(replicas())
                 report["survivor_rss_mb_after"] = rss_mb(survivor)
         report["runs"] = runs
+        serving.send_signal(signal.SIGTERM)  # seer-serve --ray removes the application and exits 128 + SIGTERM
+        report["serve_exit"] = serving.wait(120)
+        report["applications_after_stop"] = sorted(serve_applications())
     finally:
+        if serving is not None and serving.poll() is None:
+            serving.kill()
         subprocess.run(["ray", "stop", "--force"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
     text = json.dumps(report, indent=1)
     print(text)

@@ -58,9 +58,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ONNX Runtime backend: output buffers kept per engine thread for reuse, in MiB, least "
                    "recently used out. Steps that pack requests arriving apart take many shapes, so the process "
                    "grows by up to this much after warm-up (default: the backend's, 512)")  # fmt: skip
+    r = ap.add_argument_group('Ray Serve (docs/DESIGN.md "Scaling out"; needs the ray extra)')
+    r.add_argument("--ray", metavar="ADDRESS",
+                   help="deploy on a running Ray cluster instead of serving here: replicas of this server, one "
+                   "engine each, behind Ray Serve's proxy on --host:--port (ADDRESS: the head's host:port, or "
+                   "auto). Ctrl-C or SIGTERM removes the application (replicas finish what they hold within "
+                   "--grace) and leaves the cluster running")  # fmt: skip
+    r.add_argument("--replicas", type=int, default=1, help="with --ray: replicas (default: 1)")
+    r.add_argument("--autoscale", metavar="MIN:MAX",
+                   help="with --ray: scale between MIN and MAX replicas on ongoing requests per replica (target "
+                   "16, the rows a step batches cheaply) instead of --replicas")  # fmt: skip
+    r.add_argument(
+        "--gpus-per-replica",
+        type=float,
+        default=0.0,
+        help="with --ray: GPUs each replica holds (1 on GPU nodes: one engine per GPU; default: 0)",
+    )
+    r.add_argument("--cpus-per-replica", type=float, default=1.0, help="with --ray: CPUs each replica holds "
+                   "(default: 1)")  # fmt: skip
     add_backend(ap)
     add_verbose(ap)
     return ap
+
+
+RAY_ONLY = ("replicas", "autoscale", "gpus_per_replica", "cpus_per_replica")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +104,27 @@ def check_flags(args: argparse.Namespace) -> None:
             raise InputError(f"{flag} {value} must be a positive number of seconds")
     if args.timeout is not None and not args.timeout > 0:
         raise InputError(f"--timeout {args.timeout} must be a positive number of seconds")
+    default = build_parser().get_default
+    if args.ray is None:
+        given = [f"--{n.replace('_', '-')}" for n in RAY_ONLY if getattr(args, n) != default(n)]
+        if given:
+            raise InputError(f"{', '.join(given)} apply with --ray ADDRESS (a Ray cluster's replicas); without it "
+                             f"seer-serve is one engine in this process")  # fmt: skip
+        return
+    if args.replicas < 1:
+        raise InputError(f"--replicas {args.replicas} must be at least 1")
+    if args.autoscale is not None:
+        lo, _, hi = args.autoscale.partition(":")
+        if not (lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi)):
+            raise InputError(f"--autoscale {args.autoscale} is not MIN:MAX replicas with 1 <= MIN <= MAX")
+        if args.replicas != default("replicas"):
+            raise InputError("--replicas and --autoscale are two ways to say how many replicas; pass one")
+    for flag, value in (("--gpus-per-replica", args.gpus_per_replica), ("--cpus-per-replica", args.cpus_per_replica)):
+        if value < 0:
+            raise InputError(f"{flag} {value} must be at least 0")
+    for name in ("binding_cache_mib",):
+        if getattr(args, name) is not None:
+            raise InputError(f"--{name.replace('_', '-')} applies to seer-serve's own engine, not with --ray")
 
 
 def listen(host: str, port: int):
@@ -116,6 +158,8 @@ def work(args: argparse.Namespace) -> int:
     from seer_trt.serving.http import create_app
 
     key = args.api_key or os.environ.get("SEER_API_KEY") or None
+    if args.ray is not None:
+        return on_ray(args, key)
     sock = listen(args.host, args.port)
     pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
                                       threads=args.threads, policy=args.policy, verify=args.verify,
@@ -148,6 +192,73 @@ def work(args: argparse.Namespace) -> int:
         engine.close()
         pipe.close()
     return 0
+
+
+def on_ray(args: argparse.Namespace, key: str | None) -> int:
+    """--ray: deploy seer_trt.serving.ray_serve's application on the cluster at ``args.ray`` and hold it until a
+    signal, then remove it (its replicas drain within --grace)."""
+    import signal
+    import time
+
+    require_extra(PROG, ("ray",), "ray")
+    from seer_trt.contracts.manifest import Manifest
+    from seer_trt.contracts.outfolder import Interrupted
+
+    Manifest.read(args.engines)  # a bad export is one line here, not a replica failing to start on every node
+    import ray
+    from ray import serve
+
+    from seer_trt.serving.ray_serve import APP, application
+
+    def stop(signum, frame):
+        raise Interrupted(signum)
+
+    host, _, port = args.ray.rpartition(":")
+    if port.isdigit():  # Ray's own client retries a dead address for minutes; a refused connection is one line now
+        import socket
+
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+        except OSError as err:
+            raise InputError(f"--ray {args.ray}: no Ray cluster answers there ({err.strerror or err}); start one "
+                             f"with ray start --head, or pass its address") from None  # fmt: skip
+    try:
+        ray.init(address=args.ray, logging_level="ERROR", log_to_driver=args.verbose)
+    except (ConnectionError, RuntimeError) as err:
+        raise InputError(f"--ray {args.ray}: no Ray cluster answers there ({str(err).splitlines()[0]}); start one "
+                         f"with ray start --head, or pass its address") from None  # fmt: skip
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # after ray.init, whose core worker installs its own
+        signal.signal(signum, stop)
+    autoscale = None
+    if args.autoscale is not None:
+        lo, _, hi = args.autoscale.partition(":")
+        autoscale = (int(lo), int(hi))
+    name = args.model_name or args.engines.resolve().name
+    pipeline = {"backend": args.backend, "provider": args.provider, "threads": args.threads, "policy": args.policy,
+                "verify": args.verify, "cuda_graphs": args.cuda_graphs}  # fmt: skip
+    serving = {"timeout_s": args.timeout, "allow_image_urls": args.allow_image_urls,
+               "image_url_timeout_s": args.image_url_timeout}  # fmt: skip
+    app = application(str(args.engines), args.replicas, autoscale, name, num_gpus=args.gpus_per_replica,
+                      num_cpus=args.cpus_per_replica, api_key=key, grace_s=args.grace, pipeline=pipeline,
+                      serving=serving, max_rows=args.max_rows, max_queue=args.max_queue)  # fmt: skip
+    try:
+        serve.start(http_options={"host": args.host, "port": args.port})
+        serve.run(app, name=APP, route_prefix="/")
+        count = f"{autoscale[0]}-{autoscale[1]} replicas" if autoscale else f"{args.replicas} replica(s)"
+        print(f"{PROG}: serving {name!r} from {args.engines} on Ray ({args.ray}), {count}, at "
+              f"http://{args.host}:{args.port}/v1 (API key {'required' if key else 'not required'})",
+              file=sys.stderr, flush=True)  # fmt: skip
+        while True:
+            time.sleep(5)
+            status = serve.status().applications.get(APP)
+            if status is None or status.status in ("DEPLOY_FAILED", "DELETING"):
+                state = "removed" if status is None else status.status
+                raise InputError(f"the Ray Serve application {APP!r} is {state} on {args.ray}")
+    finally:
+        try:
+            serve.delete(APP)
+        finally:
+            ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ Out: a Ray Serve application whose ingress is seer-serve's own FastAPI app (``se
     client ─► Ray Serve proxy (one per node, 127.0.0.1:PORT here) ─► a SeerReplica ─► its seer-serve app ─► its Engine
 
 Start it with ``serve run seer_trt.serving.ray_serve:build engines=DIR replicas=2`` or
-``seer-serve --engines DIR --ray auto --replicas 2``. What a replica holds: one pipeline (its own sessions over the
-export's shared weights) and one engine; nothing is shared between replicas, so a replica that dies loses only the
+``seer-serve --engines DIR --ray auto --replicas 2`` (which also removes it on Ctrl-C or SIGTERM). What a replica
+holds: one pipeline (its own sessions over the export's shared weights) and one engine; nothing is shared between replicas, so a replica that dies loses only the
 requests it was answering, which its clients see as a 5xx or a closed connection and send again (Serve's proxy
 retries nothing that reached a replica). A replica being stopped (scale-down, redeploy) stops taking requests and
 finishes those it holds within ``graceful_shutdown_timeout_s``. Every answer carries ``X-Seer-Replica``: the replica
@@ -25,26 +25,32 @@ from ray import serve
 
 TARGET_ONGOING = 16  # autoscaling target per replica: the rows a step batches cheaply (the largest batch bucket)
 REPLICA_HEADER = "X-Seer-Replica"
+APP = "seer"  # the application's (and its deployment's) name on the cluster
 
 
 @serve.ingress()
 class SeerReplica:
-    """One replica: a pipeline and its engine, behind seer-serve's app."""
+    """One replica: a pipeline and its engine, behind seer-serve's app.
 
-    def __init__(self, engines: str, name: str, threads: int = 0, api_key: str | None = None, max_queue: int = 256,
-                 max_rows: int | None = None, timeout_s: float | None = None) -> None:  # fmt: skip
+    Args:
+        pipeline: ``SeerPipeline.from_manifest``'s keyword arguments (backend, provider, threads ...).
+        serving: ``create_app``'s keyword arguments (timeout_s, allow_image_urls ...).
+    """
+
+    def __init__(self, engines: str, name: str, api_key: str | None = None, pipeline: dict | None = None,
+                 serving: dict | None = None, max_rows: int | None = None, max_queue: int = 256) -> None:  # fmt: skip
         from seer_trt.runtime.engine import Engine
         from seer_trt.runtime.pipeline import SeerPipeline
 
-        self.pipe = SeerPipeline.from_manifest(engines, threads=threads)
+        self.pipe = SeerPipeline.from_manifest(engines, **(pipeline or {}))
         self.engine = Engine(self.pipe, max_rows, max_queue).start()
-        self.name, self.api_key, self.timeout_s = name, api_key, timeout_s
+        self.name, self.api_key, self.serving = name, api_key, dict(serving or {})
         self.replica = serve.get_replica_context().replica_id.unique_id
 
     def __serve_build_asgi_app__(self):
         from seer_trt.serving.http import create_app
 
-        app = create_app(self.engine, self.name, self.api_key, timeout_s=self.timeout_s)
+        app = create_app(self.engine, self.name, self.api_key, **self.serving)
         replica = self.replica.encode()
 
         class Named:  # every answer names the replica that made it
@@ -75,14 +81,15 @@ class SeerReplica:
 
 
 def application(engines: str, replicas: int | None = 1, autoscale: tuple[int, int] | None = None,
-                name: str | None = None, threads: int = 0, num_gpus: float = 0, num_cpus: float = 1,
-                api_key: str | None = None, timeout_s: float | None = None, grace_s: float = 30.0):  # fmt: skip
+                name: str | None = None, num_gpus: float = 0, num_cpus: float = 1, api_key: str | None = None,
+                grace_s: float = 30.0, pipeline: dict | None = None, serving: dict | None = None,
+                max_rows: int | None = None, max_queue: int = 256):  # fmt: skip
     """The Ray Serve application: ``replicas`` fixed, or ``autoscale`` = (min, max) replicas scaled on ongoing
     requests per replica (``TARGET_ONGOING``); ``num_gpus`` 1 on GPUs (one engine per GPU), CPUs here."""
     from pathlib import Path
 
     options: dict[str, Any] = {
-        "name": "seer", "ray_actor_options": {"num_cpus": num_cpus, "num_gpus": num_gpus},
+        "name": APP, "ray_actor_options": {"num_cpus": num_cpus, "num_gpus": num_gpus},
         "health_check_period_s": 2, "health_check_timeout_s": 30,
         "graceful_shutdown_timeout_s": grace_s, "graceful_shutdown_wait_loop_s": 1,
         "max_ongoing_requests": 4 * TARGET_ONGOING,
@@ -94,7 +101,8 @@ def application(engines: str, replicas: int | None = 1, autoscale: tuple[int, in
                                          "target_ongoing_requests": TARGET_ONGOING}  # fmt: skip
     folder = str(Path(engines).resolve())
     model = name or Path(folder).name
-    return serve.deployment(SeerReplica, **options).bind(folder, model, threads, api_key, timeout_s=timeout_s)
+    return serve.deployment(SeerReplica, **options).bind(folder, model, api_key, pipeline, serving, max_rows,
+                                                         max_queue)  # fmt: skip
 
 
 def build(args: dict[str, str]):
@@ -108,5 +116,11 @@ def build(args: dict[str, str]):
     auto = None
     if "min_replicas" in args or "max_replicas" in args:
         auto = (int(args.get("min_replicas", 1)), int(args.get("max_replicas", 1)))
-    return application(args["engines"], int(args.get("replicas", 1)), auto, args.get("name"),
-                       int(args.get("threads", 0)), float(args.get("num_gpus", 0)))  # fmt: skip
+    return application(
+        args["engines"],
+        int(args.get("replicas", 1)),
+        auto,
+        args.get("name"),
+        float(args.get("num_gpus", 0)),
+        pipeline={"threads": int(args.get("threads", 0))},
+    )
