@@ -2,3 +2,7 @@
 
 May import seer_trt; seer_trt never imports this package.
 """
+
+import os
+
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # as seer_trt does: ONNX Runtime's telemetry off unless asked for

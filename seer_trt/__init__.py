@@ -8,7 +8,13 @@ once a pipeline opens); torch, transformers and seer_export are never imported h
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+# ONNX Runtime's telemetry (from 1.2x on Linux: a device id and an event queue under ~/.cache/Microsoft, written at its
+# import) is off in every session the project opens, unless the user set it: ORT_DISABLE_TELEMETRY=0 turns it on
+# (docs/DESIGN.md "Telemetry"). Set here, before anything of ours can import onnxruntime.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 __version__ = "0.1.0"
 

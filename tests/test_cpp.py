@@ -983,3 +983,24 @@ def test_a_hostile_export_is_refused_by_seer_run_in_one_line_at_once(cpp_build, 
     assert time.monotonic() - start < 5.0  # a FIFO waited on would hang to the timeout
     assert out.returncode == 2 and HOSTILE_CPP[kind] in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "root:" not in out.stderr  # no foreign file quoted
+
+
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_seer_run_leaves_onnx_runtimes_telemetry_off_unless_asked_for(cpp_build, folder, tmp_path, setting):
+    """cpp/build/seer_run sets ORT_DISABLE_TELEMETRY=1 before it loads ONNX Runtime unless the environment set it:
+    under an empty HOME nothing is written; =0 brings ONNX Runtime's device id back (docs/DESIGN.md "Telemetry")."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"} | {"HOME": str(home)}
+    env.pop("XDG_CACHE_HOME", None)
+    if setting is not None:
+        env["ORT_DISABLE_TELEMETRY"] = setting
+    (tmp_path / "r.jsonl").write_text('{"prompt_ids": [1, 2]}\n')
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "r.jsonl", "--ort-library",
+                   ort_library()], env=env, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    written = sorted(str(p.relative_to(home)) for p in home.rglob("*") if p.is_file())
+    if setting is None:
+        assert written == [], written
+    else:
+        assert ".cache/Microsoft/DeveloperTools/.onnxruntime/deviceid" in written, written

@@ -44,6 +44,9 @@ void load(const std::string& requested) {
                          "; one process holds one ONNX Runtime: open every pipeline with the same ort_library");
     return;
   }
+  // ONNX Runtime's telemetry (a device id and an event queue under ~/.cache/Microsoft) off unless the process set
+  // ORT_DISABLE_TELEMETRY itself (0 turns it on), as in Python: docs/DESIGN.md "Telemetry"
+  setenv("ORT_DISABLE_TELEMETRY", "1", 0);
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle)
     throw config_error("cannot load ONNX Runtime from '" + path + "' (" + dlerror() +
