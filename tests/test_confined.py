@@ -121,3 +121,20 @@ def test_a_regular_export_still_reads_and_names_every_path(fixture_export):
     entries = dict(manifest.paths())
     assert entries["graphs.denoise.file"] == "denoise.onnx" and entries["weights.index"] == "weights.json"
     assert entries["tokenizer"] == manifest.tokenizer
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_seer_triton_refuses_a_hostile_export_in_one_line_and_writes_nothing(hostile, kind, tmp_path):
+    """seer-triton reads the export through the same confined Manifest.read: exit 2, one line naming the entry, at
+    once, and no repository written (the orchestrator inside tritonserver: tests/test_triton.py)."""
+    from cli_capture import cli
+
+    from seer_trt.cli.triton import main as triton_main
+
+    folder, line = hostile(kind)
+    out = tmp_path / "repo"
+    start = time.monotonic()
+    rc, stdout, err = cli(triton_main, ["--engines", str(folder), "--out", str(out), "--flavour", "cpu"])
+    assert time.monotonic() - start < BOUND_S
+    assert rc == 2 and line in err and len(err.strip().splitlines()) == 1 and stdout == "", err
+    assert not out.exists() and list(tmp_path.glob("repo*")) == []  # nothing staged left behind either

@@ -883,3 +883,34 @@ def test_components_can_be_placed_on_named_gpus(fixture_export, tmp_path):
     rc, _, err = cli(triton_main, ["--engines", str(folder), "--out", str(tmp_path / "c"), "--flavour", "cpu",
                                    "--gpus", "0"])  # fmt: skip
     assert rc == 2 and "for --flavour gpu" in err
+
+
+@pytest.mark.serving
+@pytest.mark.parametrize("kind", ["traversal", "tokenizer outside", "fifo manifest", "fifo tokenizer"])
+def test_the_orchestrator_refuses_a_hostile_export_in_its_repository(cpu_repo, triton_install, tmp_path, kind):
+    """A repository whose orchestrator's copy of the export was tampered with after seer-triton wrote it: the
+    orchestrator's Manifest.read (and tokenizer read) inside tritonserver refuses it, naming the entry, and the server
+    fails its start at once rather than reading outside the folder or waiting on the FIFO
+    (seer-triton itself: tests/test_confined.py)."""
+    import time
+
+    from test_confined import HOSTILE
+
+    from seer_trt.contracts.errors import SeerError
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy2(cpu_repo / ".seer-triton.json", repo)
+    shutil.copytree(
+        cpu_repo / "seer", repo / "seer"
+    )  # the orchestrator alone: it calls its components only per request
+    change, line = HOSTILE[kind]
+    change(repo / "seer" / "1" / "export")
+    start = time.monotonic()
+    with pytest.raises(SeerError) as err:
+        LocalServer(repo, ServerInstall.find(triton_install.home), start_timeout=300).start()
+    seconds = time.monotonic() - start
+    print(f"{kind}: refused in {seconds:.1f} s: {err.value}")
+    assert str(err.value).startswith("tritonserver could not start: ") and line in str(err.value), str(err.value)
+    assert "\n" not in str(err.value) and seconds < 120  # the server's start-up included; a FIFO would hang to 300
+    Path(str(err.value).rsplit("whole log: ", 1)[1].rstrip(")")).unlink()

@@ -19,6 +19,7 @@ Component inputs and outputs are the manifest's ``GraphSpec``s (``seer_trt.contr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -27,9 +28,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from seer_trt.contracts.confined import export_file, inside
 from seer_trt.contracts.errors import ConfigError, ManifestError
 from seer_trt.contracts.graphs import GraphSpec, image_graph
-from seer_trt.contracts.manifest import MANIFEST_FILE, Manifest
+from seer_trt.contracts.manifest import MANIFEST_FILE, Manifest, read_weights_index
 from seer_trt.contracts.outfolder import (
     check_target,
     is_repository,
@@ -136,6 +138,28 @@ def graph_files(folder: Path, manifest: Manifest, graph: str) -> tuple[tuple[str
     return tuple((n, folder / n) for n in names)
 
 
+def check_export_files(folder: Path, manifest: Manifest) -> None:
+    """What the repository copies and the orchestrator reads is what the runtime would accept: each graph file, every
+    file of the tokenizer folder (a FIFO there would block the copy) and the weights index (parsed, bounded) are
+    regular files inside the export.
+
+    Raises:
+        ManifestError: naming the export and the first entry that is not.
+    """
+    for entry, name in manifest.paths():
+        if entry.startswith("graphs."):
+            with contextlib.suppress(FileNotFoundError):  # a missing graph is plan_repository's own error
+                export_file(folder, name, entry)
+    tokenizer = inside(folder, manifest.tokenizer, "tokenizer")
+    for path in sorted(tokenizer.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if inside(folder, name, "tokenizer").is_dir():
+            continue
+        export_file(folder, name, "tokenizer")
+    if manifest.weights is not None:
+        read_weights_index(folder, manifest.weights)
+
+
 def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer", instances: int = 2,
                     threads: int = 0, cache: CacheConfig = TRITON_CACHE, gpus: tuple[int, ...] = (),
                     per_gpu: int = 1) -> RepositoryPlan:  # fmt: skip
@@ -167,6 +191,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
     if per_gpu < 1 or ((gpus or per_gpu > 1) and flavour != "gpu"):
         raise ConfigError(f"--gpus / --component-instances {per_gpu}: for --flavour gpu, with >= 1 instance per GPU")
     manifest = Manifest.read(folder)
+    check_export_files(folder, manifest)
     plans = engines(manifest) if flavour == "gpu" else {}
     code_path = str(Path(__file__).resolve().parents[2])  # the folder holding the seer_trt package
     components: dict[str, str] = {}
