@@ -189,6 +189,42 @@ def test_threads_submitting_at_once(pipe):
     assert all(g is not None and g.ok for g in got) and len(differing(alone, got)) <= 1  # timing decides the shapes
 
 
+def test_a_request_whose_client_left_is_not_prepared_or_run(pipe, monkeypatch):
+    """Cancelled while its preparation waits for a preparing thread: never prepared; cancelled while prepared: its
+    preparation ends alone and no rows are started for it; either ends Cancelled at once (issue 37: preparation is
+    cancelled when its client leaves). The requests beside them are answered."""
+    real, calls = pipe.prepare_one, []
+
+    def slow(request):
+        calls.append(request.prompt)
+        if request.prompt.startswith("count to 9"):
+            time.sleep(2.0)
+        return real(request)
+
+    monkeypatch.setattr(pipe, "prepare_one", slow)
+    engine = Engine(pipe, prepare_threads=2).start()
+    try:
+        busy = [engine.submit(Request("count to 9 .")), engine.submit(Request("count to 9 .  "))]
+        waiting = engine.submit(Request("count to 3 ."))  # queued behind the two preparations that hold the pool
+        deadline = time.monotonic() + 10
+        while waiting.preparation is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert waiting.preparation is not None and not waiting.preparation.running()
+        start = time.monotonic()
+        waiting.cancel()
+        busy[1].cancel()  # its preparation is running: it finishes, then is dropped
+        with pytest.raises(Cancelled):
+            waiting.result(10)
+        assert time.monotonic() - start < 1.0  # not after the 2 s preparations
+        with pytest.raises(Cancelled):
+            busy[1].result(10)
+        assert busy[0].result(30).text.startswith("1 2 3 4 5 6 7 8 9")
+        assert "count to 3 ." not in calls  # never prepared
+        assert engine.rows == [] and engine.cohorts == []  # and nothing left running for the cancelled ones
+    finally:
+        engine.close()
+
+
 def test_a_slow_preparation_delays_no_other_request(pipe, monkeypatch):
     """Requests are prepared (template, tokenizer, image decode, embeddings) beside the engine thread: one whose
     preparation takes 3 s (a large image) holds back neither the steps nor a text request sent after it."""

@@ -62,13 +62,18 @@ class Ticket:
     future: Future = dataclasses.field(default_factory=Future)
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     submitted: float = dataclasses.field(default_factory=time.monotonic)
+    preparation: Future | None = None  # its prepare_one in the engine's pool, once admitted
 
     def result(self, timeout: float | None = None) -> Result:
         return self.future.result(timeout)
 
     def cancel(self) -> None:
-        """Stop the request at the next step boundary (a client that disconnected)."""
+        """Stop the request at the next step boundary (a client that disconnected); a preparation not yet started
+        (template, tokenizer, image decode) is not started at all."""
         self.cancelled.set()
+        preparation = self.preparation
+        if preparation is not None:
+            preparation.cancel()  # False once it runs: then it is dropped when it ends
 
 
 @dataclasses.dataclass(eq=False)
@@ -241,6 +246,9 @@ class Engine:
             else:
                 future = self._pool.submit(self.pipe.prepare_one, ticket.request)
                 future.add_done_callback(lambda _: self._wake.set())
+                ticket.preparation = future
+                if ticket.cancelled.is_set():  # cancelled between the check above and now
+                    future.cancel()
                 self._preparing.append((ticket, future))
                 room -= 1
         if self._thread is None and self._preparing:
@@ -249,6 +257,12 @@ class Engine:
         if not done:
             return
         self._preparing = [(t, f) for t, f in self._preparing if not f.done()]
+        for ticket, _ in done:  # its client left while it was prepared: no rows for it
+            if ticket.cancelled.is_set():
+                _fail(ticket, Cancelled("cancelled"))
+        done = [(t, f) for t, f in done if not t.cancelled.is_set()]
+        if not done:
+            return
         tickets = [t for t, _ in done]
         plan = self.pipe.group([f.result() for _, f in done], self.policy)
         if plan.needs_costs and self.pipe.cost is None:  # an engine stepped by hand, never started
