@@ -704,6 +704,7 @@ def test_a_shutdown_past_its_grace_ends_each_request_with_an_answer(fixture_expo
     (["--timeout", "0"], "--timeout 0.0 must be a positive number"),
     (["--image-url-timeout", "-1"], "--image-url-timeout -1.0 must be a positive number"),
     (["--binding-cache-mib", "-1"], "--binding-cache-mib -1 must be at least 0"),
+    (["--max-held-mib", "0"], "--max-held-mib 0 must be at least 1"),
     (["--replicas", "2"], "--replicas apply with --ray ADDRESS"),
     (["--autoscale", "1:2", "--gpus-per-replica", "1"], "--autoscale, --gpus-per-replica apply with --ray ADDRESS"),
     (["--ray", "auto", "--autoscale", "3:1"], "--autoscale 3:1 is not MIN:MAX replicas with 1 <= MIN <= MAX"),

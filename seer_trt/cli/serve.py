@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a connection may take to finish a request's headers (from its opening or its last "
                    "answer) before it is closed, so unfinished or trickled headers cannot hold the server "
                    "(default: 10)")  # fmt: skip
+    s.add_argument("--max-held-mib", type=int,
+                   help="request bodies held at once, all requests together, in MiB; past it 503 with Retry-After. "
+                   "Each held body is parsed and its image decoded, so the server's peak memory under the largest "
+                   "bodies is about 4 x this over its idle size (default: 8 of the largest bodies the export "
+                   "accepts)")  # fmt: skip
     s.add_argument("--grace", type=float, default=30.0,
                    help="seconds a shutdown (SIGTERM, Ctrl-C) waits for requests in flight; those still running "
                    "then end with an error answer (503, or an error event and [DONE] on a stream) (default: 30)")  # fmt: skip
@@ -95,6 +100,8 @@ def check_flags(args: argparse.Namespace) -> None:
     for flag, value in (("--max-queue", args.max_queue), ("--max-rows", args.max_rows)):
         if value is not None and value < 1:
             raise InputError(f"{flag} {value} must be at least 1")
+    if args.max_held_mib is not None and args.max_held_mib < 1:
+        raise InputError(f"--max-held-mib {args.max_held_mib} must be at least 1")
     if args.binding_cache_mib is not None and args.binding_cache_mib < 0:
         raise InputError(f"--binding-cache-mib {args.binding_cache_mib} must be at least 0")
     if not args.image_url_timeout > 0:
@@ -170,8 +177,9 @@ def work(args: argparse.Namespace) -> int:
         pipe.backend.cache_bytes = args.binding_cache_mib * 2**20
     engine = Engine(pipe, args.max_rows, args.max_queue).start()
     name = args.model_name or args.engines.resolve().name
+    held = None if args.max_held_mib is None else args.max_held_mib * 2**20
     app = create_app(engine, name, key, timeout_s=args.timeout, allow_image_urls=args.allow_image_urls,
-                     image_url_timeout_s=args.image_url_timeout)  # fmt: skip
+                     image_url_timeout_s=args.image_url_timeout, max_held_bytes=held)  # fmt: skip
     # requests past what the queue and the rows can hold are refused (503) by the app; connections that do not finish
     # their headers in --header-timeout are closed (seer_trt.serving.server)
     server = serving_server.server(serving_server.config(app, args.header_timeout, args.grace, log_level="info"),
@@ -237,7 +245,8 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
     pipeline = {"backend": args.backend, "provider": args.provider, "threads": args.threads, "policy": args.policy,
                 "verify": args.verify, "cuda_graphs": args.cuda_graphs}  # fmt: skip
     serving = {"timeout_s": args.timeout, "allow_image_urls": args.allow_image_urls,
-               "image_url_timeout_s": args.image_url_timeout}  # fmt: skip
+               "image_url_timeout_s": args.image_url_timeout,
+               "max_held_bytes": None if args.max_held_mib is None else args.max_held_mib * 2**20}  # fmt: skip
     app = application(str(args.engines), args.replicas, autoscale, name, num_gpus=args.gpus_per_replica,
                       num_cpus=args.cpus_per_replica, api_key=key, grace_s=args.grace, pipeline=pipeline,
                       serving=serving, max_rows=args.max_rows, max_queue=args.max_queue)  # fmt: skip
