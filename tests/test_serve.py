@@ -857,7 +857,7 @@ def test_bodies_in_flight_are_bounded_together(engine):
         body = {"model": MODEL, "messages": user("count to 3 ." + " " * 300)}
         with httpx.Client(base_url=base, timeout=30) as c:
             r = c.post("/v1/chat/completions", json=body)
-            assert r.status_code == 503 and r.headers["retry-after"] == "1" and "bytes of requests" in r.text
+            assert r.status_code == 429 and r.headers["retry-after"] == "1" and "bytes of requests" in r.text
             slow.close()
             time.sleep(0.3)
             assert c.post("/v1/chat/completions", json=body).status_code == 200  # given back

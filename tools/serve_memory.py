@@ -6,7 +6,7 @@ Starts ``seer-serve --engines E --port 0 --threads 1`` and reads its process's V
 1. ``--bodies`` clients at once each send one body of the largest size the server accepts (``body_limit`` of the
    export's bounds: a chat request with the largest noise PNG the server decodes as a data: URL, padded with spaces
    to the limit); reports the statuses (200,
-   or 503 with Retry-After past the held-bytes budget, ``max_held_bytes`` = 8 bodies), RSS before, the peak, after;
+   or 429 with Retry-After past the held-bytes budget, ``max_held_bytes`` = 8 bodies), RSS before, the peak, after;
 2. ``--requests`` text requests from ``--clients`` clients; reports RSS after every tenth of them (flat: no leak).
 Prints one JSON object (and writes it to ``--json``). The server is stopped on the way out.
 """

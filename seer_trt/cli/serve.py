@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "answer) before it is closed, so unfinished or trickled headers cannot hold the server "
                    "(default: 10)")  # fmt: skip
     s.add_argument("--max-held-mib", type=int,
-                   help="request bodies held at once, all requests together, in MiB; past it 503 with Retry-After. "
+                   help="request bodies held at once, all requests together, in MiB; past it 429 with Retry-After. "
                    "Each held body is parsed and its image decoded, so the server's peak memory under the largest "
                    "bodies is about 4 x this over its idle size (default: 8 of the largest bodies the export "
                    "accepts)")  # fmt: skip
