@@ -46,7 +46,7 @@ TRIM_AFTER_BYTES = 2**20  # a body this large answered, and none held: the heap 
 def trim_heap() -> None:
     """glibc's ``malloc_trim(0)``: free pages of every arena back to the system. The pieces a large body leaves
     (its chunks, the base64 text, the decoded image) are freed but stay in the arenas of the threads that made them;
-    64 bodies of 46 MB at once left RSS at 535-666 MB without it, 478-500 MB with it, from 225 MB (docs/results.md)."""
+    64 bodies of 46 MB at once left RSS at 535-666 MB without it, 478-613 MB with it, from 225 MB (docs/results.md)."""
     import ctypes
     import ctypes.util
 
