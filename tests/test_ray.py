@@ -1,7 +1,7 @@
 """seer-serve's replicas on a real local Ray cluster (seer_trt/serving/ray_serve.py, tools/ray_cluster.py): a head and a
 second node as separate ``ray start`` processes inside a network namespace with loopback alone (Ray binds and dials
 the machine's own address otherwise), 2 replicas deployed by ``seer-serve --ray``, 16 clients, 200 requests (text and image, a quarter streamed), then
-the same load with one replica's process killed halfway. Bounded in count and time; needs root for ``unshare -n``."""
+the same load with one replica's process killed halfway, then scaled down to one replica halfway (a graceful drain). Bounded in count and time; needs root for ``unshare -n``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.serving
 def test_two_replicas_on_two_nodes_answer_every_request_and_survive_a_killed_replica(fixture_export, tmp_path):
     out = tmp_path / "ray.json"
     p = subprocess.run(["unshare", "-n", sys.executable, str(ROOT / "tools" / "ray_cluster.py"), "--engines",
-                        str(fixture_export[0]), "--replicas", "2", "--clients", "16", "--requests", "200", "--fault",
+                        str(fixture_export[0]), "--replicas", "2", "--clients", "16", "--requests", "200", "--fault", "--drain",
                         "--json", str(out)], capture_output=True, text=True, timeout=900)  # fmt: skip
     assert p.returncode == 0, p.stderr[-4000:]
     report = json.loads(out.read_text())
@@ -35,5 +35,9 @@ def test_two_replicas_on_two_nodes_answer_every_request_and_survive_a_killed_rep
     assert fault["answered_first_time"] + fault["answered_on_retry"] == fault["sent"] == 200
     assert fault["equal_to_generate"] >= 199
     assert report["replicas_running_after"] == 2 and report["replica_back_s"] < 120  # Ray brought it back
+    # scaled down to one replica halfway through a third run: the stopped replica drains, nothing lost or refused
+    drain = report["runs"]["drain"]
+    assert drain["lost"] == drain["hung"] == drain["refused"] == 0 and report["replicas_after_drain"] == 1
+    assert drain["answered_first_time"] + drain["answered_on_retry"] == 200 and drain["equal_to_generate"] >= 199
     # seer-serve --ray deployed it, and SIGTERM removed it: the application is gone and the command exits as one
     assert report["serve_exit"] == 128 + 15 and report["applications_after_stop"] == []

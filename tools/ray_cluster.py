@@ -9,7 +9,8 @@ deploys ``seer_trt.serving.ray_serve`` with ``seer-serve --ray ... --replicas N`
 both nodes), and sends ``--requests`` held-out requests (text and image, every fourth streamed) from ``--clients`` threads through
 Serve's proxy. A client sends again, up to 5 times, what ends in a 5xx, a closed connection or a stream without
 ``[DONE]`` (what a client of any replicated service does); nothing else retries. With ``--fault`` a replica's process
-is killed (SIGKILL) halfway through a second run of the same load. Prints (and writes) one JSON object: per run the
+is killed (SIGKILL) halfway through a second run of the same load; with ``--drain`` a last run is scaled down to one
+replica halfway (Serve stops the other gracefully). Prints (and writes) one JSON object: per run the
 requests sent, answered first time, answered on retry, refused (4xx), lost (no answer after the retries) and hung
 (no answer within the per-try timeout), requests/s, p50/p99, requests per replica (the ``X-Seer-Replica`` header,
 and on the steady run each replica's own request counter from Ray's metrics agents),
@@ -68,13 +69,28 @@ def start_cluster() -> None:
        "--metrics-export-port", str(METRICS_PORTS[1]))  # fmt: skip
 
 
+def serve_argv(engines: Path, replicas: int, model: str) -> list[str]:
+    return ["--engines", str(engines), "--ray", f"127.0.0.1:{HEAD_PORT}", "--replicas", str(replicas), "--threads", "1",
+            "--model-name", model, "--host", "127.0.0.1", "--port", str(HTTP_PORT)]  # fmt: skip
+
+
+def scale(engines: Path, replicas: int, model: str) -> None:
+    """The deployed application with another replica count and every other argument as seer-serve gave it: Serve
+    stops the replicas it no longer needs gracefully (they take no new requests and finish what they hold)."""
+    from ray import serve
+
+    from seer_trt.cli.serve import build_parser, ray_application
+    from seer_trt.serving.ray_serve import APP
+
+    args = build_parser().parse_args(serve_argv(engines, replicas, model))
+    serve.run(ray_application(args, None), name=APP, route_prefix="/")
+
+
 def start_serving(engines: Path, replicas: int, model: str) -> subprocess.Popen:
     """``seer-serve --ray`` deploying the application, once Serve's proxy answers /health through a replica."""
     import httpx
 
-    proc = subprocess.Popen([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(engines), "--ray",
-                             f"127.0.0.1:{HEAD_PORT}", "--replicas", str(replicas), "--threads", "1", "--model-name",
-                             model, "--host", "127.0.0.1", "--port", str(HTTP_PORT)],
+    proc = subprocess.Popen([sys.executable, "-m", "seer_trt.cli.serve", *serve_argv(engines, replicas, model)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
@@ -252,6 +268,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--fault", action="store_true", help="a second run with one replica killed halfway")
+    ap.add_argument("--drain", action="store_true", help="a last run scaled down to one replica halfway (graceful)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     start_cluster()
@@ -275,8 +292,17 @@ def main() -> int:
         runs = {"steady": None}
         if args.fault:
             runs["fault"] = None
+        if args.drain:
+            runs["drain"] = None
         for run in runs:
             on_half = None
+            if run == "drain":
+
+                def on_half() -> None:
+                    report["drain_started"] = time.monotonic()
+                    scale(args.engines, 1, "seer-test")
+                    report["drain_deployed_s"] = time.monotonic() - report.pop("drain_started")
+
             if run == "fault":
                 victims = replicas()
                 survivor, victim = victims[0], victims[-1]
@@ -293,6 +319,11 @@ def main() -> int:
             if run == "steady":  # a killed replica's counters die with it: compared on the steady run
                 got["per_replica_metrics"] = settled_requests(before, args.requests)
             runs[run] = got
+            if run == "drain":
+                deadline = time.monotonic() + 120
+                while len(replicas()) > 1 and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                report["replicas_after_drain"] = len(replicas())
             if run == "fault":
                 deadline = time.monotonic() + 120
                 while not running(args.replicas) and time.monotonic() < deadline:

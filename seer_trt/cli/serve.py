@@ -202,6 +202,25 @@ def work(args: argparse.Namespace) -> int:
     return 0
 
 
+def ray_application(args: argparse.Namespace, key: str | None, replicas: int | None = None):
+    """The Ray Serve application seer-serve's flags describe (``replicas``: another count, the same otherwise: Serve
+    then changes the count in place, draining the replicas it stops)."""
+    from seer_trt.serving.ray_serve import application
+
+    autoscale = None
+    if args.autoscale is not None and replicas is None:
+        lo, _, hi = args.autoscale.partition(":")
+        autoscale = (int(lo), int(hi))
+    pipeline = {"backend": args.backend, "provider": args.provider, "threads": args.threads, "policy": args.policy,
+                "verify": args.verify, "cuda_graphs": args.cuda_graphs}  # fmt: skip
+    serving = {"timeout_s": args.timeout, "allow_image_urls": args.allow_image_urls,
+               "image_url_timeout_s": args.image_url_timeout,
+               "max_held_bytes": None if args.max_held_mib is None else args.max_held_mib * 2**20}  # fmt: skip
+    return application(str(args.engines), replicas or args.replicas, autoscale, args.model_name,
+                       num_gpus=args.gpus_per_replica, num_cpus=args.cpus_per_replica, api_key=key, grace_s=args.grace,
+                       pipeline=pipeline, serving=serving, max_rows=args.max_rows, max_queue=args.max_queue)  # fmt: skip
+
+
 def on_ray(args: argparse.Namespace, key: str | None) -> int:
     """--ray: deploy seer_trt.serving.ray_serve's application on the cluster at ``args.ray`` and hold it until a
     signal, then remove it (its replicas drain within --grace)."""
@@ -216,7 +235,7 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
     import ray
     from ray import serve
 
-    from seer_trt.serving.ray_serve import APP, application
+    from seer_trt.serving.ray_serve import APP
 
     def stop(signum, frame):
         raise Interrupted(signum)
@@ -237,19 +256,9 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
                          f"with ray start --head, or pass its address") from None  # fmt: skip
     for signum in (signal.SIGTERM, signal.SIGHUP):  # after ray.init, whose core worker installs its own
         signal.signal(signum, stop)
-    autoscale = None
-    if args.autoscale is not None:
-        lo, _, hi = args.autoscale.partition(":")
-        autoscale = (int(lo), int(hi))
+    autoscale = None if args.autoscale is None else tuple(int(n) for n in args.autoscale.split(":"))
     name = args.model_name or args.engines.resolve().name
-    pipeline = {"backend": args.backend, "provider": args.provider, "threads": args.threads, "policy": args.policy,
-                "verify": args.verify, "cuda_graphs": args.cuda_graphs}  # fmt: skip
-    serving = {"timeout_s": args.timeout, "allow_image_urls": args.allow_image_urls,
-               "image_url_timeout_s": args.image_url_timeout,
-               "max_held_bytes": None if args.max_held_mib is None else args.max_held_mib * 2**20}  # fmt: skip
-    app = application(str(args.engines), args.replicas, autoscale, name, num_gpus=args.gpus_per_replica,
-                      num_cpus=args.cpus_per_replica, api_key=key, grace_s=args.grace, pipeline=pipeline,
-                      serving=serving, max_rows=args.max_rows, max_queue=args.max_queue)  # fmt: skip
+    app = ray_application(args, key)
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
         serve.run(app, name=APP, route_prefix="/")
