@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-held-mib", type=int,
                    help="request bodies held at once, all requests together, in MiB; past it 429 with Retry-After. "
                    "Each held body is parsed and its image decoded, so the server's peak memory under the largest "
-                   "bodies is about 4 x this over its idle size (default: 8 of the largest bodies the export "
+                   "bodies stays within 5 x this over its idle size (default: 8 of the largest bodies the export "
                    "accepts)")  # fmt: skip
     s.add_argument("--grace", type=float, default=30.0,
                    help="seconds a shutdown (SIGTERM, Ctrl-C) waits for requests in flight; those still running "
