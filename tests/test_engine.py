@@ -201,7 +201,14 @@ def test_a_request_whose_client_left_is_not_prepared_or_run(pipe, monkeypatch):
             time.sleep(2.0)
         return real(request)
 
+    real_start, started = pipe.start_group, []
+
+    def start_group(group, policy):
+        started.append(len(group.rows))
+        return real_start(group, policy)
+
     monkeypatch.setattr(pipe, "prepare_one", slow)
+    monkeypatch.setattr(pipe, "start_group", start_group)
     engine = Engine(pipe, prepare_threads=2).start()
     try:
         busy = [engine.submit(Request("count to 9 .")), engine.submit(Request("count to 9 .  "))]
@@ -220,7 +227,11 @@ def test_a_request_whose_client_left_is_not_prepared_or_run(pipe, monkeypatch):
             busy[1].result(10)
         assert busy[0].result(30).text.startswith("1 2 3 4 5 6 7 8 9")
         assert "count to 3 ." not in calls  # never prepared
-        assert engine.rows == [] and engine.cohorts == []  # and nothing left running for the cancelled ones
+        assert sum(started) == 1  # busy[0]'s row alone: the one cancelled while prepared started none
+        deadline = time.monotonic() + 10
+        while (engine.rows or engine.cohorts) and time.monotonic() < deadline:  # the step retiring the last row ends
+            time.sleep(0.01)
+        assert engine.rows == [] and engine.cohorts == []
     finally:
         engine.close()
 

@@ -711,6 +711,9 @@ def test_a_shutdown_past_its_grace_ends_each_request_with_an_answer(fixture_expo
     (["--ray", "auto", "--replicas", "2", "--autoscale", "1:2"], "--replicas and --autoscale are two ways"),
     (["--ray", "auto", "--replicas", "0"], "--replicas 0 must be at least 1"),
     (["--ray", "auto", "--binding-cache-mib", "8"], "--binding-cache-mib applies to seer-serve's own engine"),
+    (["--ray", "auto", "--header-timeout", "5"], "--header-timeout applies to seer-serve's own server"),
+    (["--ray", "auto", "--port", "0"], "--port 0 (any free port) is not possible with --ray"),
+    (["--ray", "auto", "--provider", "cuda"], "runs on a GPU: pass --gpus-per-replica 1"),
 ])  # fmt: skip
 def test_bad_flags_are_one_line_before_anything_opens(tmp_path, flags, words):
     r = subprocess.run([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(tmp_path / "none"), *flags],
@@ -839,6 +842,31 @@ def test_requests_in_flight_and_slow_bodies_are_bounded(engine):
             slow.close()
             r = c.post("/v1/chat/completions", json={"model": "m" * 1_000_000, "messages": user("count to 3 .")})
             assert r.status_code == 404 and len(r.text) < 400 and "(1000000 characters)" in r.text
+
+
+def test_the_heap_is_trimmed_once_a_large_body_is_answered_and_none_is_held(engine, monkeypatch):
+    """malloc_trim (seer_trt.serving.http.trim_heap) runs after a body of 1 MiB or more is answered with no other
+    body held, and not after a small one; a body that the held-bytes budget could never hold is 413, not a 429 to
+    retry forever."""
+    from seer_trt.serving import http as http_module
+
+    calls = []
+    monkeypatch.setattr(http_module, "trim_heap", lambda: calls.append(time.monotonic()))
+    small = {"model": MODEL, "messages": user("count to 3 .")}
+    large = json.dumps(small).encode() + b" " * (http_module.TRIM_AFTER_BYTES + 10)  # JSON allows the spaces
+    headers = {"content-type": "application/json"}
+    with serving(engine) as base, httpx.Client(base_url=base, timeout=60) as c:
+        assert c.post("/v1/chat/completions", json=small).status_code == 200
+        time.sleep(0.3)
+        assert calls == []
+        assert c.post("/v1/chat/completions", content=large, headers=headers).status_code == 200
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(calls) == 1
+    with serving(engine, max_held_bytes=2**20) as base, httpx.Client(base_url=base, timeout=60) as c:
+        r = c.post("/v1/chat/completions", content=large, headers=headers)
+        assert r.status_code == 413 and "more than the 1048576 bytes this server holds" in r.text, r.text
 
 
 def test_bodies_in_flight_are_bounded_together(engine):

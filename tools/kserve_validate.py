@@ -46,11 +46,16 @@ def wheel(version: str) -> Path:
     if found:
         return found[0]
     cache.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d",
-                        str(cache), f"kserve=={version}"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    try:
+        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d",
+                            str(cache), f"kserve=={version}"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        print(f"kserve_validate: pip download kserve=={version} took more than 300 s", file=sys.stderr)
+        raise SystemExit(2) from None
     found = sorted(cache.glob(f"kserve-{version}-*.whl"))
     if p.returncode != 0 or not found:
-        raise SystemExit(f"kserve_validate: cannot download kserve=={version}'s wheel: {p.stderr.strip()[-300:]}")
+        print(f"kserve_validate: cannot download kserve=={version}'s wheel: {p.stderr.strip()[-300:]}", file=sys.stderr)
+        raise SystemExit(2)
     return found[0]
 
 
@@ -165,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for path in args.files:
         for i, doc in enumerate(yaml.safe_load_all(path.read_text())):
+            if not isinstance(doc, dict):  # an empty document (a trailing ---, comments only)
+                continue
             api, kind = doc.get("apiVersion", ""), doc.get("kind", "")
             group, _, version = api.rpartition("/")
             cls = f"{version.capitalize()}{kind}"

@@ -90,8 +90,9 @@ def start_serving(engines: Path, replicas: int, model: str) -> subprocess.Popen:
     """``seer-serve --ray`` deploying the application, once Serve's proxy answers /health through a replica."""
     import httpx
 
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"seer-serve-ray-{os.getpid()}.log", "w+")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "seer_trt.cli.serve", *serve_argv(engines, replicas, model)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=log, text=True)  # fmt: skip
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -101,7 +102,9 @@ def start_serving(engines: Path, replicas: int, model: str) -> subprocess.Popen:
             pass
         time.sleep(1)
     proc.kill()
-    raise SystemExit(f"seer-serve --ray did not come up: {proc.communicate(timeout=30)[1][-2000:]}")
+    proc.wait(30)
+    log.seek(0)
+    raise SystemExit(f"seer-serve --ray did not come up: {log.read()[-2000:]}")
 
 
 def replica_requests() -> dict[str, float]:

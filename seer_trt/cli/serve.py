@@ -129,9 +129,19 @@ def check_flags(args: argparse.Namespace) -> None:
     for flag, value in (("--gpus-per-replica", args.gpus_per_replica), ("--cpus-per-replica", args.cpus_per_replica)):
         if value < 0:
             raise InputError(f"{flag} {value} must be at least 0")
-    for name in ("binding_cache_mib",):
-        if getattr(args, name) is not None:
-            raise InputError(f"--{name.replace('_', '-')} applies to seer-serve's own engine, not with --ray")
+    if args.binding_cache_mib is not None:
+        raise InputError("--binding-cache-mib applies to seer-serve's own engine, not with --ray")
+    if args.header_timeout != default("header_timeout"):
+        raise InputError("--header-timeout applies to seer-serve's own server; with --ray Ray Serve's proxies hold "
+                         "the connections")  # fmt: skip
+    if args.port == 0:
+        raise InputError("--port 0 (any free port) is not possible with --ray: Serve's proxies listen on the same "
+                         "port on every node; pass one")  # fmt: skip
+    on_gpu = args.provider in ("cuda", "tensorrt") or args.backend != "onnxruntime"
+    if on_gpu and args.gpus_per_replica == 0:
+        raise InputError(f"--backend {args.backend} --provider {args.provider} runs on a GPU: pass "
+                         f"--gpus-per-replica 1 (one engine per GPU), or Ray puts every replica of a node on its first "
+                         f"GPU")  # fmt: skip
 
 
 def listen(host: str, port: int):
@@ -211,7 +221,10 @@ def ray_application(args: argparse.Namespace, key: str | None, replicas: int | N
     if args.autoscale is not None and replicas is None:
         lo, _, hi = args.autoscale.partition(":")
         autoscale = (int(lo), int(hi))
-    pipeline = {"backend": args.backend, "provider": args.provider, "threads": args.threads, "policy": args.policy,
+    import math
+
+    threads = args.threads or max(1, math.ceil(args.cpus_per_replica))  # 0 would take every core of the node
+    pipeline = {"backend": args.backend, "provider": args.provider, "threads": threads, "policy": args.policy,
                 "verify": args.verify, "cuda_graphs": args.cuda_graphs}  # fmt: skip
     serving = {"timeout_s": args.timeout, "allow_image_urls": args.allow_image_urls,
                "image_url_timeout_s": args.image_url_timeout,
@@ -224,6 +237,7 @@ def ray_application(args: argparse.Namespace, key: str | None, replicas: int | N
 def on_ray(args: argparse.Namespace, key: str | None) -> int:
     """--ray: deploy seer_trt.serving.ray_serve's application on the cluster at ``args.ray`` and hold it until a
     signal, then remove it (its replicas drain within --grace)."""
+    import contextlib
     import signal
     import time
 
@@ -241,7 +255,7 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
         raise Interrupted(signum)
 
     host, _, port = args.ray.rpartition(":")
-    if port.isdigit():  # Ray's own client retries a dead address for minutes; a refused connection is one line now
+    if "://" not in args.ray and port.isdigit():  # Ray's client retries a dead address for minutes: one line now
         import socket
 
         try:
@@ -258,11 +272,26 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
         signal.signal(signum, stop)
     autoscale = None if args.autoscale is None else tuple(int(n) for n in args.autoscale.split(":"))
     name = args.model_name or args.engines.resolve().name
-    app = ray_application(args, key)
+    count = f"{autoscale[0]}-{autoscale[1]} replicas" if autoscale else f"{args.replicas} replica(s)"
+    if APP in serve.status().applications:  # another seer-serve's: replacing it, then deleting it, would be silent
+        raise InputError(f"a Ray Serve application {APP!r} already runs on {args.ray}; stop the seer-serve that "
+                         f"deployed it, or remove it with: serve shutdown (or serve.delete({APP!r}))")  # fmt: skip
+    deployed = False
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
-        serve.run(app, name=APP, route_prefix="/")
-        count = f"{autoscale[0]}-{autoscale[1]} replicas" if autoscale else f"{args.replicas} replica(s)"
+        from ray.serve.context import _get_global_client
+
+        http = _get_global_client().http_config  # Serve keeps the proxies' address of its first start on a cluster
+        if (http.host, http.port) != (args.host, args.port):
+            raise InputError(f"Serve already runs on {args.ray} with its proxies on {http.host}:{http.port}, which "
+                             f"it cannot change; pass --host {http.host} --port {http.port}, or restart Serve "
+                             f"(serve shutdown)")  # fmt: skip
+        print(f"{PROG}: deploying {count} of {name!r} on Ray ({args.ray}) ...", file=sys.stderr, flush=True)
+        deployed = True
+        try:
+            serve.run(ray_application(args, key), name=APP, route_prefix="/")
+        except (RuntimeError, ValueError) as err:  # RayServeException (DEPLOY_FAILED) is a RuntimeError
+            raise InputError(f"Ray Serve could not deploy {APP!r}: {str(err).strip().splitlines()[-1][:300]}") from None
         print(f"{PROG}: serving {name!r} from {args.engines} on Ray ({args.ray}), {count}, at "
               f"http://{args.host}:{args.port}/v1 (API key {'required' if key else 'not required'})",
               file=sys.stderr, flush=True)  # fmt: skip
@@ -274,7 +303,9 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
                 raise InputError(f"the Ray Serve application {APP!r} is {state} on {args.ray}")
     finally:
         try:
-            serve.delete(APP)
+            if deployed:
+                with contextlib.suppress(Exception):  # the cluster may be gone: the error that brought us here counts
+                    serve.delete(APP)
         finally:
             ray.shutdown()
 

@@ -264,9 +264,15 @@ class Engine:
         if not done:
             return
         tickets = [t for t, _ in done]
-        plan = self.pipe.group([f.result() for _, f in done], self.policy)
-        if plan.needs_costs and self.pipe.cost is None:  # an engine stepped by hand, never started
-            self.pipe.calibrate_costs()
+        try:  # these tickets have left _preparing: whatever fails here must answer them, or their clients wait forever
+            plan = self.pipe.group([f.result() for _, f in done], self.policy)
+            if plan.needs_costs and self.pipe.cost is None:  # an engine stepped by hand, never started
+                self.pipe.calibrate_costs()
+        except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
+            for ticket in tickets:
+                if not ticket.future.done():
+                    ticket.future.set_result(Result.failed(f"{type(err).__name__}: {describe(err)}", "internal"))
+            return
         for i, (error, kind) in plan.failed.items():
             tickets[i].future.set_result(Result.failed(error, kind))
         for group in plan.groups:

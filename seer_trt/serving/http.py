@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import hmac
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -43,17 +44,27 @@ HELD_BODIES = 8  # the default budget of body bytes held at once, all requests t
 TRIM_AFTER_BYTES = 2**20  # a body this large answered, and none held: the heap is given back to the system
 
 
+_trim = threading.Lock()
+_trimmed_at = [0.0]
+
+
 def trim_heap() -> None:
     """glibc's ``malloc_trim(0)``: free pages of every arena back to the system. The pieces a large body leaves
     (its chunks, the base64 text, the decoded image) are freed but stay in the arenas of the threads that made them;
-    64 bodies of 46 MB at once left RSS at 535-666 MB without it, 478-613 MB with it, from 225 MB (docs/results.md)."""
+    64 bodies of 46 MB at once left RSS at 535-666 MB without it, 478-613 MB with it, from 225 MB (docs/results.md).
+    One trim at a time and at most one a second: it walks every arena under its lock."""
     import ctypes
-    import ctypes.util
 
+    if not _trim.acquire(blocking=False):
+        return
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
+        if time.monotonic() - _trimmed_at[0] < 1.0:
+            return
+        _trimmed_at[0] = time.monotonic()
+        with contextlib.suppress(AttributeError):  # not glibc: nothing to do
+            ctypes.CDLL(None).malloc_trim(0)
+    finally:
+        _trim.release()
 
 
 def body_limit(max_chars: int, max_image_bytes: int) -> int:
@@ -209,6 +220,9 @@ class Guard:
                 raise self._too_large(size, more=True)
             self.held += len(chunk)
             mine[0] += len(chunk)
+            if mine[0] > self.max_held:  # could never be held, however idle the server: not worth a retry
+                raise ApiError(f"the request body is more than the {self.max_held} bytes this server holds for all "
+                               f"requests together; send a smaller one", 413, code="request_too_large")  # fmt: skip
             if self.held > self.max_held:  # the bodies in flight together: memory, not one request, is the bound
                 raise ApiError(f"the server holds {self.held - len(chunk)} bytes of requests in flight, as many as it "
                                f"may; retry shortly", 429, code="overloaded", retry_after_s=1)  # fmt: skip

@@ -93,6 +93,7 @@ def application(engines: str, replicas: int | None = 1, autoscale: tuple[int, in
         "health_check_period_s": 2, "health_check_timeout_s": 30,
         "graceful_shutdown_timeout_s": grace_s, "graceful_shutdown_wait_loop_s": 1,
         "max_ongoing_requests": 4 * TARGET_ONGOING,
+        "max_queued_requests": max_queue,  # past it Serve answers 503 (retriable) instead of queueing without bound
     }  # fmt: skip
     if autoscale is None:
         options["num_replicas"] = replicas

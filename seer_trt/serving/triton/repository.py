@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from seer_trt.contracts.confined import export_file, inside
+from seer_trt.contracts.confined import MAX_TOKENIZER_BYTES, export_file, inside
 from seer_trt.contracts.errors import ConfigError, ManifestError
 from seer_trt.contracts.graphs import GraphSpec, image_graph
 from seer_trt.contracts.manifest import MANIFEST_FILE, Manifest, read_weights_index
@@ -139,23 +139,24 @@ def graph_files(folder: Path, manifest: Manifest, graph: str) -> tuple[tuple[str
 
 
 def check_export_files(folder: Path, manifest: Manifest) -> None:
-    """What the repository copies and the orchestrator reads is what the runtime would accept: each graph file, every
-    file of the tokenizer folder (a FIFO there would block the copy) and the weights index (parsed, bounded) are
-    regular files inside the export.
+    """What the repository copies and the orchestrator reads is what the runtime would accept: every file the manifest
+    names (graphs and their data, TensorRT plans, the weights), every file of the tokenizer folder (bounded as the
+    runtime bounds it; a FIFO there would block the copy) and the weights index (parsed, bounded) are regular files
+    inside the export.
 
     Raises:
         ManifestError: naming the export and the first entry that is not.
     """
     for entry, name in manifest.paths():
-        if entry.startswith("graphs."):
-            with contextlib.suppress(FileNotFoundError):  # a missing graph is plan_repository's own error
+        if entry != "tokenizer" and not entry.startswith("checksums."):  # graphs, their data, plans, the weights
+            with contextlib.suppress(FileNotFoundError):  # a missing file is plan_repository's own error
                 export_file(folder, name, entry)
     tokenizer = inside(folder, manifest.tokenizer, "tokenizer")
     for path in sorted(tokenizer.rglob("*")):
         name = path.relative_to(folder).as_posix()
         if inside(folder, name, "tokenizer").is_dir():
             continue
-        export_file(folder, name, "tokenizer")
+        export_file(folder, name, "tokenizer", MAX_TOKENIZER_BYTES)
     if manifest.weights is not None:
         read_weights_index(folder, manifest.weights)
 
