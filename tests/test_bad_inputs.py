@@ -30,7 +30,7 @@ from PIL import Image
 from seer_export.cli import main as export_main
 from seer_trt.cli.run import main as run_main
 from seer_trt.cli.triton import main as triton_main
-from seer_trt.contracts import outfolder
+from seer_trt.contracts import outfolder, signals
 from seer_trt.contracts.config import SpecialTokens
 from seer_trt.contracts.errors import ConfigError, InputError, SeerError, describe
 from seer_trt.contracts.integrity import IntegrityError
@@ -530,7 +530,7 @@ def test_a_failure_inside_the_block_leaves_the_previous_output(tmp_path):
     out = tmp_path / "repo"
     out.mkdir()
     (out / outfolder.REPOSITORY_MARKER).write_text("old")
-    for error in (SeerError("failed half-way"), KeyboardInterrupt(), outfolder.Interrupted(signal.SIGTERM)):
+    for error in (SeerError("failed half-way"), KeyboardInterrupt(), signals.Interrupted(signal.SIGTERM)):
         with pytest.raises(type(error)):
             with replace_folder(check_target(out, True, outfolder.is_repository,
                                              legacy=outfolder.repository_files)) as staging:  # fmt: skip

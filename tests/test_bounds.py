@@ -29,7 +29,7 @@ from seer_trt.cli.common import check_output, jsonl_line_limit, read_jsonl, writ
 from seer_trt.cli.prompt_ids import main as prompt_ids_main
 from seer_trt.cli.run import main as run_main
 from seer_trt.cli.triton import main as triton_main
-from seer_trt.contracts import outfolder
+from seer_trt.contracts import outfolder, signals
 from seer_trt.contracts.errors import InputError
 from seer_trt.contracts.geometry import parse_pinpoints
 from seer_trt.contracts.manifest import VisionInfo
@@ -320,8 +320,8 @@ def test_a_swallowed_signal_is_delivered_again_and_the_previous_output_stays(tmp
     target = check_target(out, True, outfolder.is_repository, legacy=outfolder.repository_files)
     swallowed = []
     t = time.perf_counter()
-    with pytest.raises(outfolder.Interrupted) as err:
-        with outfolder.signals_as_interrupts(), replace_folder(target) as staging:
+    with pytest.raises(signals.Interrupted) as err:
+        with signals.signals_as_interrupts(), replace_folder(target) as staging:
             (staging / outfolder.REPOSITORY_MARKER).write_text("new")
             try:
                 os.kill(os.getpid(), signal.SIGTERM)
@@ -333,7 +333,7 @@ def test_a_swallowed_signal_is_delivered_again_and_the_previous_output_stays(tmp
                 time.sleep(0.01)
     assert swallowed and err.value.signum == signal.SIGTERM and time.perf_counter() - t < 5
     assert (out / outfolder.REPOSITORY_MARKER).read_text() == "previous" and sorted(os.listdir(tmp_path)) == ["out"]
-    assert not outfolder._pending  # acted on: nothing left to redeliver
+    assert not signals._pending  # acted on: nothing left to redeliver
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
@@ -342,8 +342,8 @@ def test_a_signal_swallowed_at_the_end_still_keeps_the_previous_output(tmp_path)
     out.mkdir()
     (out / outfolder.REPOSITORY_MARKER).write_text("previous")
     target = check_target(out, True, outfolder.is_repository, legacy=outfolder.repository_files)
-    with pytest.raises(outfolder.Interrupted):
-        with outfolder.signals_as_interrupts(), replace_folder(target) as staging:
+    with pytest.raises(signals.Interrupted):
+        with signals.signals_as_interrupts(), replace_folder(target) as staging:
             (staging / outfolder.REPOSITORY_MARKER).write_text("new")
             try:
                 os.kill(os.getpid(), signal.SIGTERM)

@@ -60,7 +60,7 @@ def interrupted(prog: str, err: KeyboardInterrupt, verbose: bool, atomic: bool =
         atomic: the command writes its outputs whole or not at all, so the line may say nothing half-written
             was left behind.
     """
-    from seer_trt.contracts.outfolder import signal_name
+    from seer_trt.contracts.signals import signal_name
 
     if verbose:
         raise err
@@ -94,7 +94,7 @@ def run_main(prog: str, parser: argparse.ArgumentParser, work: Callable[[argpars
         atomic: every file the command writes appears whole or not at all (what the interrupt line may claim).
     """
     try:  # an interrupt may come during this import, too (a slow machine's start-up)
-        from seer_trt.contracts.outfolder import signals_as_interrupts
+        from seer_trt.contracts.signals import signals_as_interrupts
 
         args = parser.parse_args(argv)
     except (KeyboardInterrupt, ImportError) as err:

@@ -168,7 +168,7 @@ def work(args: argparse.Namespace) -> int:
 
     check_flags(args)
     require_extra(PROG, SERVE_MODULES, "serve")
-    from seer_trt.contracts.outfolder import Interrupted
+    from seer_trt.contracts.signals import Interrupted
     from seer_trt.runtime.engine import Engine
     from seer_trt.runtime.pipeline import SeerPipeline
     from seer_trt.serving import server as serving_server
@@ -243,7 +243,7 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
 
     require_extra(PROG, ("ray",), "ray")
     from seer_trt.contracts.manifest import Manifest
-    from seer_trt.contracts.outfolder import Interrupted
+    from seer_trt.contracts.signals import Interrupted
 
     Manifest.read(args.engines)  # a bad export is one line here, not a replica failing to start on every node
     import ray
