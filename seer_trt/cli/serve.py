@@ -121,9 +121,7 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.replicas < 1:
         raise InputError(f"--replicas {args.replicas} must be at least 1")
     if args.autoscale is not None:
-        lo, _, hi = args.autoscale.partition(":")
-        if not (lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi)):
-            raise InputError(f"--autoscale {args.autoscale} is not MIN:MAX replicas with 1 <= MIN <= MAX")
+        autoscale_range(args.autoscale)
         if args.replicas != default("replicas"):
             raise InputError("--replicas and --autoscale are two ways to say how many replicas; pass one")
     for flag, value in (("--gpus-per-replica", args.gpus_per_replica), ("--cpus-per-replica", args.cpus_per_replica)):
@@ -212,16 +210,28 @@ def work(args: argparse.Namespace) -> int:
     return 0
 
 
+def autoscale_range(text: str | None) -> tuple[int, int] | None:
+    """--autoscale MIN:MAX as (MIN, MAX); None when not given.
+
+    Raises:
+        InputError: not MIN:MAX with 1 <= MIN <= MAX.
+    """
+    if text is None:
+        return None
+    lo, _, hi = text.partition(":")
+    if not (lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi)):
+        raise InputError(f"--autoscale {text} is not MIN:MAX replicas with 1 <= MIN <= MAX")
+    return int(lo), int(hi)
+
+
 def ray_application(args: argparse.Namespace, key: str | None, replicas: int | None = None):
     """The Ray Serve application seer-serve's flags describe (``replicas``: another count, the same otherwise: Serve
     then changes the count in place, draining the replicas it stops)."""
+    import math
+
     from seer_trt.serving.ray_serve import application
 
-    autoscale = None
-    if args.autoscale is not None and replicas is None:
-        lo, _, hi = args.autoscale.partition(":")
-        autoscale = (int(lo), int(hi))
-    import math
+    autoscale = autoscale_range(args.autoscale) if replicas is None else None
 
     threads = args.threads or max(1, math.ceil(args.cpus_per_replica))  # 0 would take every core of the node
     pipeline = {"backend": args.backend, "provider": args.provider, "threads": threads, "policy": args.policy,
@@ -270,7 +280,7 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
                          f"with ray start --head, or pass its address") from None  # fmt: skip
     for signum in (signal.SIGTERM, signal.SIGHUP):  # after ray.init, whose core worker installs its own
         signal.signal(signum, stop)
-    autoscale = None if args.autoscale is None else tuple(int(n) for n in args.autoscale.split(":"))
+    autoscale = autoscale_range(args.autoscale)
     name = args.model_name or args.engines.resolve().name
     count = f"{autoscale[0]}-{autoscale[1]} replicas" if autoscale else f"{args.replicas} replica(s)"
     if APP in serve.status().applications:  # another seer-serve's: replacing it, then deleting it, would be silent
