@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ort_sessions import telemetry_env
 
 from seer_trt.contracts.config import SeerConfig, canonical_decoding
 from seer_trt.contracts.errors import InputError, ManifestError
@@ -991,10 +992,7 @@ def test_seer_run_leaves_onnx_runtimes_telemetry_off_unless_asked_for(cpp_build,
     under an empty HOME nothing is written; =0 brings ONNX Runtime's device id back (docs/DESIGN.md "Telemetry")."""
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"} | {"HOME": str(home)}
-    env.pop("XDG_CACHE_HOME", None)
-    if setting is not None:
-        env["ORT_DISABLE_TELEMETRY"] = setting
+    env = telemetry_env(os.environ, home, setting)
     (tmp_path / "r.jsonl").write_text('{"prompt_ids": [1, 2]}\n')
     out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "r.jsonl", "--ort-library",
                    ort_library()], env=env, timeout=120)  # fmt: skip
