@@ -14,7 +14,8 @@ from export.reference.sampler import commit_rule
 from seer_trt.contracts.config import GenerationConfig, SpecialTokens, canonical_decoding, parse_decoding
 from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.contracts.policies import CacheConfig
-from seer_trt.runtime.denoise import Greedy, commit, current_block_end, denoise, factor_bounds
+from seer_trt.runtime.decoding import Greedy, Rule, factor_bounds
+from seer_trt.runtime.denoise import current_block_end, denoise
 from seer_trt.runtime.dispatch import CostModel
 from seer_trt.runtime.layout import packed_layout, padded_layout
 from seer_trt.runtime.request import Request
@@ -46,7 +47,7 @@ def conf(rows: list[list[float]]) -> np.ndarray:
 def test_threshold_commits_every_confident_position_and_at_least_the_best():
     c = conf([[0.95, 0.5, 0.91, 0.0], [0.3, 0.6, 0.6, 0.2]])
     eligible = np.isfinite(c)
-    got = commit(("threshold", 0.9), c, eligible, np.ones(2, dtype=np.int64))
+    got = Rule("threshold", 0.9).commit(c, eligible, np.ones(2, dtype=np.int64))
     assert got.tolist() == [[True, False, True, False], [False, True, False, False]]  # tie: the earlier one
 
 
@@ -56,7 +57,7 @@ def test_factor_commits_the_run_that_meets_its_bounds():
     assert bounds[0] == 0 and np.allclose(bounds[1:], [2 / 3, 3 / 4, 4 / 5])
     c = conf([[0.7, 0.99, 0.76, 0.5], [0.99, 0.99, 0.99, 0.99], [0.1, 0.0, 0.0, 0.0], [0.7, 0.6, 0.99, 0.98]])
     eligible = np.isfinite(c)
-    got = commit(("factor", 1.0), c, eligible, np.ones(4, dtype=np.int64))
+    got = Rule("factor", 1.0).commit(c, eligible, np.ones(4, dtype=np.int64))
     assert got.tolist() == [
         [False, True, True, False],  # 0.99 (rank 1), 0.76 >= 2/3 (rank 2), then 0.7 < 3/4 stops the run
         [True, True, True, True],  # 0.99 meets every bound
@@ -64,12 +65,12 @@ def test_factor_commits_the_run_that_meets_its_bounds():
         [False, False, True, True],  # 0.99, 0.98 >= 2/3, then 0.7 < 3/4
     ]
     # a large factor lowers every bound to nothing: all eligible commit (1 - f / (n + 1) <= 0)
-    assert commit(("factor", 10.0), c, eligible, np.ones(4, dtype=np.int64)).sum() == eligible.sum()
+    assert Rule("factor", 10.0).commit(c, eligible, np.ones(4, dtype=np.int64)).sum() == eligible.sum()
 
 
 def test_fixed_is_the_scheduled_top_k():
     c = conf([[0.2, 0.9, 0.5, 0.9]])
-    assert commit(("fixed", None), c, np.isfinite(c), np.array([2])).tolist() == [[False, True, False, True]]
+    assert Rule("fixed", None).commit(c, np.isfinite(c), np.array([2])).tolist() == [[False, True, False, True]]
 
 
 @pytest.mark.parametrize("rule", [("threshold", 0.8), ("factor", 1.0), ("factor", 3.0), ("fixed", None)])
@@ -80,7 +81,7 @@ def test_the_reference_sampler_commits_what_the_runtime_commits(rule):
         c = conf(p.tolist())
         eligible = np.isfinite(c)
         k = rng.integers(1, 5, 6)
-        want = commit(rule, c, eligible, k)
+        want = Rule(*rule).commit(c, eligible, k)
         got = commit_rule(rule, torch.from_numpy(c), torch.from_numpy(eligible), torch.from_numpy(k)).numpy()
         assert np.array_equal(got, want & eligible)
 
@@ -157,7 +158,7 @@ def test_a_row_denoises_alike_alone_padded_packed_and_when_its_group_is_re_forme
     policy = CacheConfig(cache, 4)
 
     def run(layout, sched, backend):
-        return denoise(backend, layout, sched, Greedy(), MASK, cache=policy, rule=gen.rule,
+        return denoise(backend, layout, sched, Greedy(), MASK, cache=policy, rule=Rule.parse(gen.decoding),
                        block_length=gen.block_length)  # fmt: skip
 
     padded_backend = Counting()
@@ -229,7 +230,7 @@ def test_a_2_1_exports_confidence_is_read_as_its_log():
 def test_top_p_draws_only_from_the_nucleus():
     """A nucleus of mass 1e-9 holds the most probable id alone, so sampling at any temperature is the argmax; top_p 1
     draws as without it; the confidence is the full softmax's either way."""
-    from seer_trt.runtime.denoise import Sampled, nucleus
+    from seer_trt.runtime.decoding import Sampled, nucleus
     from seer_trt.runtime.layout import padded_layout
 
     rng = np.random.default_rng(0)
@@ -254,7 +255,7 @@ def test_top_k_sampling_draws_among_the_top_ids_with_the_full_softmax_confidence
     """TopK (the default export's sampler): every draw is one of the graph's top ids, seeded draws repeat, a nucleus
     of mass 1e-9 is the argmax, and the confidence of a drawn id is its log-probability under the whole vocabulary
     (from the graph's log_confidence of the argmax and the top logits)."""
-    from seer_trt.runtime.denoise import TopK
+    from seer_trt.runtime.decoding import TopK
     from seer_trt.runtime.layout import padded_layout
 
     rng = np.random.default_rng(1)

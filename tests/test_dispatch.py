@@ -10,7 +10,7 @@ import pytest
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.policies import POLICIES
 from seer_trt.contracts.profiles import LengthBuckets
-from seer_trt.runtime.denoise import Sampled, commit_top_k, uniform
+from seer_trt.runtime.decoding import Sampled, commit_top_k, uniform
 from seer_trt.runtime.dispatch import CostModel, plan_dispatch
 from seer_trt.runtime.layout import packed_layout, padded_layout
 

@@ -288,3 +288,28 @@ def test_an_export_without_denoise_logits_samples_from_its_top_ids(fixture_expor
     while not all(t.future.done() for t in tickets):
         engine.step()
     assert [t.result(0).token_ids for t in tickets[:4]] == [a.token_ids for a in first[:4]]
+
+
+def test_a_checked_request_is_submitted_as_checked(pipe):
+    """``Engine.check`` returns a request's settings, decoding and prompt ids; submitted, they are prepared as they
+    are (no second tokenizing) and the ticket reports the prompt's token count; a bad request is refused at the
+    check, before any queue slot."""
+    from seer_trt.contracts.errors import InputError
+
+    engine = Engine(pipe)  # stepped by hand
+    checked = engine.check(Request("count to 3 .", decoding="fixed", early_stop=True))
+    assert checked.gen.decoding == "fixed" and checked.decoding.rule.fixed and len(checked.ids) > 3
+    calls, real = [], pipe.prompts.ids
+    pipe.prompts.ids = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        ticket = engine.submit(checked)
+        while not ticket.future.done():
+            engine.step()
+    finally:
+        del pipe.prompts.ids
+    assert calls == [] and ticket.prompt_tokens == len(checked.ids)
+    assert ticket.result().text == pipe.generate([checked.request])[0].text
+    with pytest.raises(InputError, match="decoding"):
+        engine.check(Request("count to 3 .", decoding="sometimes"))
+    assert engine.depth == 0
+    engine.close()

@@ -25,6 +25,7 @@ ALLOWED = {
 }
 WALK = [
     "request",
+    "decoding",
     "prompt",
     "image",
     "embed",

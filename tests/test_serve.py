@@ -845,15 +845,15 @@ def test_requests_in_flight_and_slow_bodies_are_bounded(engine):
 
 
 def test_the_heap_is_trimmed_once_a_large_body_is_answered_and_none_is_held(engine, monkeypatch):
-    """malloc_trim (seer_trt.serving.http.trim_heap) runs after a body of 1 MiB or more is answered with no other
+    """malloc_trim (seer_trt.serving.middleware.trim_heap) runs after a body of 1 MiB or more is answered with no other
     body held, and not after a small one; a body that the held-bytes budget could never hold is 413, not a 429 to
     retry forever."""
-    from seer_trt.serving import http as http_module
+    from seer_trt.serving import middleware
 
     calls = []
-    monkeypatch.setattr(http_module, "trim_heap", lambda: calls.append(time.monotonic()))
+    monkeypatch.setattr(middleware, "trim_heap", lambda: calls.append(time.monotonic()))
     small = {"model": MODEL, "messages": user("count to 3 .")}
-    large = json.dumps(small).encode() + b" " * (http_module.TRIM_AFTER_BYTES + 10)  # JSON allows the spaces
+    large = json.dumps(small).encode() + b" " * (middleware.TRIM_AFTER_BYTES + 10)  # JSON allows the spaces
     headers = {"content-type": "application/json"}
     with serving(engine) as base, httpx.Client(base_url=base, timeout=60) as c:
         assert c.post("/v1/chat/completions", json=small).status_code == 200
@@ -889,3 +889,17 @@ def test_bodies_in_flight_are_bounded_together(engine):
             slow.close()
             time.sleep(0.3)
             assert c.post("/v1/chat/completions", json=body).status_code == 200  # given back
+
+
+def test_a_chat_completion_tokenizes_its_prompt_once(engine, monkeypatch):
+    """The HTTP route checks a request through ``EngineClient.check`` and submits the checked ids (issue 36: the
+    prompt was tokenized twice, before queueing and again in preparation): one ``PromptFormat.ids`` call per
+    completion, and the usage's prompt tokens are those ids."""
+    prompts = engine.pipe.prompts
+    calls, real = [], prompts.ids
+    monkeypatch.setattr(prompts, "ids", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+    with serving(engine) as base, httpx.Client(base_url=base, timeout=REQUEST_TIMEOUT_S) as c:
+        r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": user("count to 3 .")})
+    assert r.status_code == 200, r.text
+    assert len(calls) == 1
+    assert r.json()["usage"]["prompt_tokens"] == len(calls[0])

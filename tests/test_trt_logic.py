@@ -23,7 +23,8 @@ from seer_trt.contracts.errors import EngineError, InputError
 from seer_trt.contracts.manifest import EngineBuild, EngineFile, Manifest
 from seer_trt.contracts.policies import CacheConfig
 from seer_trt.contracts.profiles import LengthBuckets, plan_profiles, select_profile
-from seer_trt.runtime.denoise import Greedy, denoise
+from seer_trt.runtime.decoding import Greedy
+from seer_trt.runtime.denoise import denoise
 from seer_trt.runtime.kv_cache import no_cache
 from seer_trt.runtime.layout import packed_layout, padded_layout
 from seer_trt.runtime.pipeline import SeerPipeline

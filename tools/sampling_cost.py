@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from seer_trt.runtime.decoding import choose
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request
 
@@ -31,7 +32,7 @@ def main(folder: str) -> int:
             start = time.perf_counter()
             result = pipe.generate([Request("count to 9 .", **base, **extra)])[0]
             times[mode].append((time.perf_counter() - start) / result.steps)
-    sampler = pipe.decoder(pipe.generation(Request("x", temperature=0.8)), np.array([1]))
+    sampler = choose(pipe.generation(Request("x", temperature=0.8)), pipe.manifest).decoder(np.array([1]))
     print(json.dumps({f"{m}_ms_per_step": statistics.median(v[1:]) * 1e3 for m, v in times.items()}
                      | {"sampler": type(sampler).__name__}))  # fmt: skip
     return 0

@@ -60,7 +60,7 @@ def largest_body(engines: Path, model: str) -> tuple[bytes, int]:
     from PIL import Image
 
     from seer_trt.runtime.pipeline import SeerPipeline
-    from seer_trt.serving.http import body_limit
+    from seer_trt.serving.middleware import body_limit
 
     pipe = SeerPipeline.from_manifest(engines, threads=1)
     limit = body_limit(pipe.prompts.max_chars, pipe.image_limits.bytes)

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "decoding.hpp"
 #include "dispatch.hpp"
 
 namespace seer {
@@ -120,61 +121,6 @@ class WindowCalls {
   std::vector<uint8_t> live_prefix_;    // shifted cached steps: [b, live, D]
   std::vector<int32_t> live_segments_;  // [b, p + g] in the call's column order
   std::vector<int64_t> live_positions_;
-};
-
-// a before b in numpy's stable argsort of -confidence: the higher first, NaN last, ties to the earlier position
-bool ranks_before(const std::vector<double>& conf, int64_t a, int64_t b) {
-  const double ca = conf[a], cb = conf[b];
-  if (std::isnan(ca) || std::isnan(cb)) return std::isnan(ca) ? std::isnan(cb) && a < b : true;
-  return ca > cb || (ca == cb && a < b);
-}
-
-// [width] the log-probability the n-th most confident position needs under factor:f, -inf for n = 1 and where
-// 1 - f / (n + 1) <= 0 (seer_trt.runtime.denoise.factor_bounds)
-std::vector<double> factor_bounds(int64_t width, double factor) {
-  std::vector<double> out(width, NEG_INF);
-  for (int64_t n = 2; n <= width; ++n) {
-    const double bound = 1.0 - factor / (static_cast<double>(n) + 1.0);
-    if (bound > 0) out[n - 1] = std::log(std::max(bound, 1e-300));
-  }
-  return out;
-}
-
-// The positions one row commits (seer_trt.runtime.denoise.commit) into chosen; conf is -inf where not eligible,
-// and ranks run over the whole row as numpy's do. order is scratch of the row's width.
-struct Committer {
-  DecodingRule rule;
-  double log_tau;              // threshold: log τ
-  std::vector<double> bounds;  // factor: by rank
-  std::vector<int64_t> order;
-
-  Committer(const DecodingRule& r, int64_t width)
-      : rule(r), log_tau(r.name == "threshold" ? std::log(r.value) : 0.0),
-        bounds(r.name == "factor" ? factor_bounds(width, r.value) : std::vector<double>{}), order(width) {}
-
-  void operator()(const std::vector<double>& conf, const std::vector<char>& eligible, int64_t transfer,
-                  std::vector<char>& chosen) {
-    const int64_t width = static_cast<int64_t>(conf.size());
-    std::fill(chosen.begin(), chosen.end(), 0);
-    auto before = [&](int64_t a, int64_t b) { return ranks_before(conf, a, b); };
-    for (int64_t j = 0; j < width; ++j) order[j] = j;
-    if (rule.name == "threshold") {
-      int64_t top = 0;
-      for (int64_t j = 1; j < width; ++j) top = before(j, top) ? j : top;
-      for (int64_t j = 0; j < width; ++j) chosen[j] = eligible[j] && (conf[j] >= log_tau || j == top);
-      return;
-    }
-    int64_t take = std::min(transfer, width);
-    if (rule.name == "factor") {
-      std::sort(order.begin(), order.end(), before);
-      int64_t run = 0;  // the run of passing positions from the top
-      while (run < width && eligible[order[run]] && conf[order[run]] >= bounds[run]) ++run;
-      take = std::max<int64_t>(run, 1);
-    } else if (take > 0) {
-      std::partial_sort(order.begin(), order.begin() + take, order.end(), before);
-    }
-    for (int64_t c = 0; c < take; ++c) chosen[order[c]] = eligible[order[c]];
-  }
 };
 
 }  // namespace

@@ -4,12 +4,9 @@
 //      stop id, prompt K/V cache policy); optionally step 0's prediction from a full-depth step-zero pass.
 // Out: the answer tokens [n, L_max] and the steps each row took part in.
 // Per step (LLaDA-V generate_with_embeds): the graph predicts x0 and its log-probability at every position (special
-// ids suppressed in the graph; a 2.1 export's probability is logged here, as numpy does); positions past the row's
-// block are not eligible; then the rule commits, comparing float64 log-probabilities:
-//
-//     fixed        the row's transfer[t] most confident eligible positions (ties to the earlier position)
-//     threshold:τ  every eligible position with log-probability >= log τ, and the row's most confident one
-//     factor:f     the n most confident while the k-th (k <= n) has log-probability >= log(1 - f / (k + 1)), >= 1
+// ids suppressed in the graph; a 2.1 export's probability is logged here, as numpy does), or a Dream score it returns;
+// positions past the row's block are not eligible; then the request's rule commits (decoding.hpp: fixed, threshold:τ,
+// factor:f), comparing float64 log-probabilities.
 //
 // Under fixed the block comes from the schedule; under threshold and factor a row's block is the one of its first
 // position still to commit, and a row may take as many steps as its window has positions. With early stopping a
@@ -43,13 +40,13 @@ struct StepZeroPrediction {
 };
 
 struct LoopSettings {
-  DecodingRule rule;                // fixed | threshold | factor (GenerationConfig::rule)
+  DecodingRule rule;                // fixed | threshold | factor (Decoding::rule, decoding.hpp)
   int64_t block_length = 0;         // the blocks of threshold and factor (0: one block per window)
   std::optional<int64_t> stop_id;   // early stopping at this id (<|eot_id|>); none: until the windows are committed
   CacheConfig cache;                // the prompt K/V cache policy (none: every step computes the prompt)
   const CostModel* cost = nullptr;  // decides when the group is re-formed from its live rows (none: at half)
-  std::string score;                // the denoise output the loop ranks by: "" the log-probability; Dream's
-                                    // log_margin (topk_margin) or neg_entropy (entropy)
+  std::string score;                // the denoise output the loop ranks by (Decoding::score): "" the
+                                    // log-probability; Dream's log_margin or neg_entropy
 };
 
 struct Denoised {

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "boundary.hpp"
+#include "decoding.hpp"
 #include "denoise.hpp"
 #include "detokenize.hpp"
 #include "dispatch.hpp"
@@ -82,16 +83,7 @@ GenerationConfig Pipeline::Impl::generation(const Request& r) const {
     }
   }
   if (r.remasking) gen.remasking = *r.remasking;
-  const bool scored = gen.remasking == "topk_margin" || gen.remasking == "entropy";
-  if (gen.remasking != "low_confidence" && !(scored && manifest.graph("denoise").output(score_output(gen.remasking))))
-    throw input_error("remasking '" + gen.remasking + "': the C++ runtime ranks positions by the prediction's "
-                      "log-probability (low_confidence, Dream's maskgit_plus) or by a Dream score its denoise graph "
-                      "returns (topk_margin, entropy: an export of a Dream family); pass remasking low_confidence, or "
-                      "run " + gen.remasking + " with seer-run");
-  if (scored && gen.decoding != "fixed")
-    throw input_error("remasking '" + gen.remasking + "' ranks positions by a score that is not a probability; it "
-                      "runs with decoding 'fixed' (Dream's loop), not '" + gen.decoding + "'; pass remasking "
-                      "'low_confidence' for a rule that commits by probability");
+  choose(gen, manifest);  // refuses a remasking the C++ runtime cannot rank by (decoding.hpp)
   if (r.gen_length) {  // a new window keeps the default's shape: one block, blocks of at most the default's
     const int64_t n = *r.gen_length;  // (LaViDa's min(128, N)) or k of them (MMaDA's N / 4), the steps per token
     const int64_t k = manifest.loop_blocks;
@@ -229,17 +221,16 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
     std::optional<StepZeroPrediction> step0;
     std::vector<int64_t> x0;
     std::vector<float> confidence;
-    const bool by_probability = key.gen.remasking == "low_confidence";
-    if (!zero.x0.empty() && by_probability) {  // the full-depth step zero's prediction of the group's rows
+    const Decoding decoding = choose(key.gen, manifest);
+    if (!zero.x0.empty() && decoding.step_zero_predicts()) {  // the full-depth step zero's prediction of the group's rows
       for (int64_t r : group.rows) {
         x0.insert(x0.end(), zero.x0.begin() + r * n, zero.x0.begin() + (r + 1) * n);
         confidence.insert(confidence.end(), zero.confidence.begin() + r * n, zero.confidence.begin() + (r + 1) * n);
       }
       step0 = StepZeroPrediction{x0.data(), confidence.data(), n};
     }
-    LoopSettings loop{key.gen.rule(), key.gen.block_length, std::nullopt, key.cache, cost.get()};
+    LoopSettings loop{decoding.rule, key.gen.block_length, std::nullopt, key.cache, cost.get(), decoding.score};
     if (key.early_stop) loop.stop_id = special.eot_id;
-    if (!by_probability) loop.score = score_output(key.gen.remasking);
     const Denoised out = denoise(*backend, manifest, layout, schedule, group.rows, step0, loop, &graph_ns, cache_spec);
     for (size_t i = 0; i < group.rows.size(); ++i) {
       const int64_t r = group.rows[i];

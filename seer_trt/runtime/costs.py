@@ -18,7 +18,8 @@ import numpy as np
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.profiles import LengthBuckets
-from seer_trt.runtime.denoise import Greedy, denoise
+from seer_trt.runtime.decoding import Greedy
+from seer_trt.runtime.denoise import denoise
 from seer_trt.runtime.dispatch import CostModel
 from seer_trt.runtime.layout import padded_layout
 from seer_trt.runtime.schedule import Schedule

@@ -5,6 +5,11 @@ In:  ``Request``s submitted at any time from any thread (``Engine.submit``), eac
 Out: per request a ``Ticket``: the ``Result`` ``SeerPipeline.generate`` gives it when admitted with the same
      requests, and, as they become final, the answer ids of its committed prefix.
 
+Servers (seer-serve's HTTP app, its Ray replicas) reach the engine through ``EngineClient`` only, as vLLM's API
+server reaches its engine: ``check`` a request (settings, decoding, cache policy, prompt ids: a 400 before any
+queue slot), ``submit`` it (the prompt tokenized once: the checked ids go on to preparation), read the limits, the
+tokenizer's ``decode`` and the health; never the pipeline's insides.
+
 One engine thread loops over step boundaries:
 
     admit: queued requests ─► prepared off the engine thread (SeerPipeline.prepare_one: template, tokenizer,
@@ -30,11 +35,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
+from typing import Protocol
 
 import numpy as np
 
 from seer_trt.contracts.errors import SeerError, describe
-from seer_trt.runtime.pipeline import GroupRun
+from seer_trt.runtime.pipeline import Checked, GroupRun
 from seer_trt.runtime.request import Request, Result
 
 Prefix = Callable[[list[int]], None]  # called from the engine thread with the ids newly final, in order
@@ -59,6 +65,7 @@ class Ticket:
     request: Request
     on_prefix: Prefix | None
     deadline: float | None  # time.monotonic() past which it fails
+    checked: Checked | None = None  # its settings and prompt ids, when the client checked it first (``Engine.check``)
     future: Future = dataclasses.field(default_factory=Future)
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     submitted: float = dataclasses.field(default_factory=time.monotonic)
@@ -66,6 +73,11 @@ class Ticket:
 
     def result(self, timeout: float | None = None) -> Result:
         return self.future.result(timeout)
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The prompt's ids (chat template included, image placeholders unexpanded), when it was checked first."""
+        return None if self.checked is None else len(self.checked.ids)
 
     def cancel(self) -> None:
         """Stop the request at the next step boundary (a client that disconnected); a preparation not yet started
@@ -99,6 +111,34 @@ class Cohort:
         return loop.x[j, : int(self.run.kept[row])]
 
 
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What a request may hold, for a server to bound its bodies before it parses them."""
+
+    max_prompt_chars: int  # the prompt's and system message's characters together
+    max_image_bytes: int  # one encoded image
+
+
+class EngineClient(Protocol):
+    """What a server uses of an engine (``Engine`` is one): the seam between serving and the runtime."""
+
+    limits: Limits
+    eot_id: int  # <|eot_id|>: an answer that reached it inside its window finished with "stop"
+    capacity: int  # requests it holds at most, queued and denoising
+    running: bool  # its loop is up and not stopping: the health check
+    depth: int  # requests waiting for admission
+    rows: list  # the tickets admitted and not yet retired
+    steps: int  # engine steps run
+    rows_per_step: list[int]  # live rows of the latest steps
+
+    def check(self, request: Request) -> Checked: ...  # raises InputError: a 400, no queue slot taken
+
+    def submit(self, request: Request | Checked, on_prefix: Prefix | None = None,
+               timeout_s: float | None = None) -> Ticket: ...  # fmt: skip
+
+    def decode(self, ids: list[int]) -> str: ...  # answer ids -> text, special tokens dropped (as Result.text)
+
+
 class Engine:
     """One engine loop over a pipeline: ``submit`` from any thread, ``start`` / ``close`` around it."""
 
@@ -128,14 +168,26 @@ class Engine:
 
     # --- the client side ------------------------------------------------------------------------------------
 
-    def submit(self, request: Request, on_prefix: Prefix | None = None, timeout_s: float | None = None) -> Ticket:
-        """Queue ``request``; its ticket's future gets the ``Result`` (or ``Cancelled`` / ``DeadlineExceeded``).
+    def check(self, request: Request) -> Checked:
+        """``request``'s settings, decoding, cache policy and prompt ids (``SeerPipeline.check``), to ``submit`` as
+        they are: call it off the event loop (it tokenizes).
+
+        Raises:
+            InputError: what the request asks is refused (a client error).
+        """
+        return self.pipe.check(request)
+
+    def submit(self, request: Request | Checked, on_prefix: Prefix | None = None,
+               timeout_s: float | None = None) -> Ticket:  # fmt: skip
+        """Queue ``request`` (checked by ``check`` or not); its ticket's future gets the ``Result`` (or
+        ``Cancelled`` / ``DeadlineExceeded``).
 
         Raises:
             QueueFull: ``max_queue`` requests are waiting already.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        ticket = Ticket(request, on_prefix, deadline)
+        checked = request if isinstance(request, Checked) else None
+        ticket = Ticket(request if checked is None else checked.request, on_prefix, deadline, checked)
         try:
             self.queue.put_nowait(ticket)
         except queue.Full:
@@ -145,6 +197,22 @@ class Engine:
 
     def generate(self, request: Request, timeout_s: float | None = None) -> Result:
         return self.submit(request, timeout_s=timeout_s).result()
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.pipe.prompts.max_chars, self.pipe.image_limits.bytes)
+
+    @property
+    def eot_id(self) -> int:
+        return self.pipe.manifest.special_tokens.eot_id
+
+    @property
+    def capacity(self) -> int:
+        """Requests held at most: the queue's and the rows'."""
+        return self.queue.maxsize + self.max_rows
+
+    def decode(self, ids: list[int]) -> str:
+        return self.pipe.prompts.tokenizer.decode(ids, skip_special_tokens=True)
 
     @property
     def depth(self) -> int:
@@ -244,7 +312,7 @@ class Engine:
             elif ticket.deadline is not None and time.monotonic() > ticket.deadline:
                 _fail(ticket, DeadlineExceeded("the request waited past its deadline"))
             else:
-                future = self._pool.submit(self.pipe.prepare_one, ticket.request)
+                future = self._pool.submit(self.pipe.prepare_one, ticket.checked or ticket.request)
                 future.add_done_callback(lambda _: self._wake.set())
                 ticket.preparation = future
                 if ticket.cancelled.is_set():  # cancelled between the check above and now

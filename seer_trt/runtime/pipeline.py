@@ -33,12 +33,12 @@ from seer_trt.backends import open_backend
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.config import GenerationConfig, SeerConfig
 from seer_trt.contracts.errors import ConfigError, InputError, ManifestError, SeerError, describe
-from seer_trt.contracts.graphs import SCORE_OUTPUTS
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache, check_dispatch
 from seer_trt.runtime import costs
 from seer_trt.runtime.boundary import detect
-from seer_trt.runtime.denoise import Greedy, Loop, Sampled, TopK
+from seer_trt.runtime.decoding import Decoding, choose
+from seer_trt.runtime.denoise import Loop
 from seer_trt.runtime.detokenize import detokenize
 from seer_trt.runtime.dispatch import CostModel, DispatchPlan, plan_dispatch
 from seer_trt.runtime.embed import Embedder, PromptEmbeds
@@ -58,6 +58,7 @@ class GroupPlan:
     """Requests that run together: one step-zero pass, one dispatch plan, one set of settings."""
 
     gen: GenerationConfig  # the settings every row shares
+    decoding: Decoding  # how they decode, chosen once from ``gen`` (``seer_trt.runtime.decoding.choose``)
     mode: Mode  # "seer" | "full" | "window" (each row cut to its ``windows`` entry: the oracle at the true length)
     early_stop: bool  # LLaDA-V's stopping rule: a row stops once the answer before its first <|eot_id|> is done
     cache: CacheConfig  # the prompt K/V cache policy of the loop
@@ -70,11 +71,24 @@ class GroupPlan:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class Checked:
+    """One request's cheap part checked (``SeerPipeline.check``): what a server needs before it queues a request (a
+    400 without a queue slot, the prompt's token count for usage), kept so that nothing is tokenized twice."""
+
+    request: Request
+    gen: GenerationConfig  # its settings over the export's defaults
+    decoding: Decoding  # chosen once from ``gen``
+    cache: CacheConfig  # its prompt K/V cache policy
+    ids: tuple[int, ...]  # its prompt ids, chat template applied (image placeholders unexpanded)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class Prepared:
     """One request ready to run (``SeerPipeline.prepare_one``): its settings, prompt embeddings and cache policy."""
 
     request: Request
     gen: GenerationConfig
+    decoding: Decoding  # chosen once from ``gen``
     prompt: PromptEmbeds
     cache: CacheConfig
     mode: Mode
@@ -268,43 +282,60 @@ class SeerPipeline:
         prepared = None if image is None else prepare_image(image, self.manifest.vision, self.image_limits)
         return self.embedder.embed(ids, prepared)
 
-    def prepare(self, request: Request) -> tuple[GenerationConfig, PromptEmbeds]:
-        """Settings and prompt embeddings of one request.
+    def check(self, request: Request) -> Checked:
+        """What is cheap to check of one request, no image decoded and no graph run: its settings, decoding, cache
+        policy and prompt ids (``Checked``, which ``prepare`` and the engine take as they are).
 
         Raises:
-            InputError: bad settings, empty prompt, unreadable image, prompt past the largest bucket.
+            InputError: bad settings, a rule this export cannot run, an empty or too long prompt, misplaced
+                ``<image>`` placeholders.
         """
         if not isinstance(request, Request):
             raise InputError(f"expected a Request or a prompt string, got {type(request).__name__}")
         gen = self.generation(request)
         if request.window is not None and not 1 <= request.window <= gen.gen_length:
             raise InputError(f"window {request.window} must lie in [1, gen_length {gen.gen_length}]")
-        if self.decoder_graph(gen) == "denoise_logits":
+        decoding = choose(gen, self.manifest)
+        if decoding.graph not in self.manifest.graphs:
             try:
-                self.manifest.graph("denoise_logits")  # raises with the re-export command when absent
+                self.manifest.graph(decoding.graph)  # raises with the re-export command when absent
             except ManifestError as err:  # what this request asks of an export that cannot do it
                 raise InputError(str(err)) from None
-        prompt = self.encode(request.prompt, request.image, request.system, request.history)
+        cache = self.cache_for(request)
+        ids = self.prompts.ids(request.prompt, request.image is not None, request.system, request.history)
+        return Checked(request, gen, decoding, cache, tuple(ids))
+
+    def prepare(self, request: Request | Checked) -> tuple[Checked, PromptEmbeds]:
+        """A request checked (``check``, unless it was) and its prompt embeddings: the image decoded and tiled, the
+        prompt ids and image features through the graphs.
+
+        Raises:
+            InputError: what ``check`` raises, an unreadable or too large image, a prompt past the largest bucket.
+        """
+        checked = request if isinstance(request, Checked) else self.check(request)
+        image = checked.request.image
+        prepared = None if image is None else prepare_image(image, self.manifest.vision, self.image_limits)
+        prompt = self.embedder.embed(list(checked.ids), prepared)
         largest = self.buckets.prompt[-1]
         if len(prompt.embeds) > largest:
             raise InputError(
                 f"the prompt takes {len(prompt.embeds)} embeddings (text and image features), more than the largest "
                 f"prompt bucket {largest}; shorten it or re-export with larger buckets"
             )
-        return gen, prompt
+        return checked, prompt
 
     def plan(self, requests: Sequence[Request | str], policy: str | None = None) -> Plan:
         """Prepare every request and group them by settings; a request that cannot be prepared fails alone."""
         return self.group([self.prepare_one(r) for r in requests], policy)
 
-    def prepare_one(self, request: Request | str) -> Prepared | tuple[str, str]:
+    def prepare_one(self, request: Request | Checked | str) -> Prepared | tuple[str, str]:
         """One request prepared (settings, prompt, image, embeddings, cache policy), or (why it failed, the error's
-        kind: "input" or "internal"). Safe to call from any thread (the engine prepares off its own)."""
+        kind: "input" or "internal"); a ``Checked`` one is not checked again. Safe to call from any thread (the engine
+        prepares off its own)."""
         start = time.perf_counter()
         try:
             request = Request(request) if isinstance(request, str) else request
-            gen, prompt = self.prepare(request)
-            cache = self.cache_for(request)
+            checked, prompt = self.prepare(request)
         except (InputError, ConfigError) as err:  # the request's own input or settings
             return str(err), "input"
         except SeerError as err:  # a graph or component failed while preparing it (embed, vision)
@@ -312,8 +343,10 @@ class SeerPipeline:
         except Exception as err:  # noqa: BLE001 - whatever this one request's input set off, it fails alone
             return (f"this request could not be prepared ({type(err).__name__}: {describe(err)}); the others are "
                     f"unaffected", "internal")  # fmt: skip
+        request = checked.request
         mode = "window" if request.window is not None else "seer" if request.seer else "full"
-        return Prepared(request, gen, prompt, cache, mode, time.perf_counter() - start)
+        return Prepared(request, checked.gen, checked.decoding, prompt, checked.cache, mode,
+                        time.perf_counter() - start)  # fmt: skip
 
     def group(self, items: Sequence[Prepared | tuple[str, str]], policy: str | None = None) -> Plan:
         """The plan of prepared requests (``prepare_one``'s, in the call's order): grouped by settings, the failed
@@ -326,7 +359,7 @@ class SeerPipeline:
             if isinstance(item, Prepared):
                 ready.setdefault((item.gen, item.mode, item.request.early_stop, item.cache), []).append((i, item))
         groups = tuple(
-            GroupPlan(gen, mode, early_stop, cache, rows=tuple(i for i, _ in members),
+            GroupPlan(gen, members[0][1].decoding, mode, early_stop, cache, rows=tuple(i for i, _ in members),
                       prompts=tuple(p.prompt for _, p in members), prepare_s=tuple(p.seconds for _, p in members),
                       seeds=np.array([p.request.seed for _, p in members], dtype=np.int64),
                       top_p=np.array([p.request.top_p for _, p in members], dtype=np.float64),
@@ -392,7 +425,7 @@ class SeerPipeline:
         embeds = [p.embeds for p in group.prompts]
         rows_n = len(embeds)
         clock = {s: 0.0 for s in STAGES[1:]}
-        greedy = gen.temperature == 0 and gen.remasking == "low_confidence"
+        decoding = group.decoding
         kept = group.windows.copy() if group.mode == "window" else np.full(rows_n, n, dtype=np.int64)
         step0 = None
         if group.mode == "seer":
@@ -401,7 +434,7 @@ class SeerPipeline:
             t1 = time.perf_counter()
             kept = detect(zero.profile, self.seer)
             clock["step_zero"], clock["boundary"] = t1 - t0, time.perf_counter() - t1
-            if greedy and zero.x0 is not None:
+            if decoding.step_zero_predicts and zero.x0 is not None:
                 step0 = (zero.x0, zero.confidence)
         t0 = time.perf_counter()
         schedule = plan_schedule(gen, kept)
@@ -418,9 +451,9 @@ class SeerPipeline:
                                  tails[rows])  # fmt: skip
             clock["packing"] += time.perf_counter() - t1
             part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
-            loop = Loop(self.backend, layout, schedule.rows(rows), self.decoder(gen, group.seeds[rows], group.top_p[rows]),
+            loop = Loop(self.backend, layout, schedule.rows(rows), decoding.decoder(group.seeds[rows], group.top_p[rows]),
                         special.mask_id, part_step0, special.eot_id if group.early_stop else None, group.cache,
-                        gen.rule, gen.block_length, self.cost, self.manifest.model.logit_shift)  # fmt: skip
+                        decoding.rule, gen.block_length, self.cost, self.manifest.model.logit_shift)  # fmt: skip
             parts.append((rows, loop))
         return GroupRun(group, kept, dispatch, tuple(parts), clock)
 
@@ -464,42 +497,6 @@ class SeerPipeline:
         if self._tail_embed is None:
             self._tail_embed = self.embedder.embed([self.seer.tail_id(self.manifest.special_tokens)]).embeds[0]
         return self._tail_embed
-
-    def in_graph_score(self, gen: GenerationConfig) -> str | None:
-        """The ``denoise`` output a greedy request ranked by one of Dream's scores reads (an export of a family whose
-        loop ranks by one returns them), else None."""
-        name = SCORE_OUTPUTS.get(gen.remasking)
-        if gen.temperature > 0 or name is None or "denoise" not in self.manifest.graphs:
-            return None
-        return name if any(t.name == name for t in self.manifest.graph("denoise").spec.outputs) else None
-
-    def decoder_graph(self, gen: GenerationConfig) -> str:
-        """The window graph a request of ``gen`` runs: ``denoise`` (greedy, by log-probability or an in-graph score;
-        sampling from its top ids where the export has no ``denoise_logits``), or ``denoise_logits`` (sampling,
-        random remasking, a Dream score this export's denoise does not return)."""
-        greedy = gen.temperature == 0 and gen.remasking == "low_confidence"
-        return "denoise" if greedy or self.in_graph_score(gen) or self.samples_top(gen) else "denoise_logits"
-
-    def samples_top(self, gen: GenerationConfig) -> bool:
-        """Whether a request of ``gen`` samples from ``denoise``'s top ids (``TopK``): sampling or random remasking
-        on an export whose ``denoise`` returns them and that has no ``denoise_logits`` (the exact full-vocabulary
-        sampler, preferred where exported)."""
-        if gen.remasking not in ("low_confidence", "random") or "denoise_logits" in self.manifest.graphs:
-            return False
-        if "denoise" not in self.manifest.graphs or (gen.temperature == 0 and gen.remasking == "low_confidence"):
-            return False
-        return any(t.name == "top_ids" for t in self.manifest.graph("denoise").spec.outputs)
-
-    def decoder(self, gen: GenerationConfig, seeds: np.ndarray, top_p: np.ndarray | None = None):
-        """The loop's ``Decoder`` for ``gen`` (``seeds``, ``top_p``: one per row, for sampling)."""
-        if gen.temperature == 0 and gen.remasking == "low_confidence":
-            return Greedy()
-        score = self.in_graph_score(gen)
-        if score:
-            return Greedy(score)
-        if self.samples_top(gen):
-            return TopK(gen.temperature, gen.remasking, seeds, top_p=top_p)
-        return Sampled(gen.temperature, gen.remasking, seeds, top_p=top_p)
 
     def close(self) -> None:
         self.backend.close()

@@ -4,7 +4,7 @@ In:  the ASGI app (``seer_trt.serving.http.create_app``) and the connection boun
 Out: a ``uvicorn.Config`` whose HTTP protocol closes a connection that has not finished a request's headers within
      ``header_timeout_s`` (from its opening, or from its previous response): unfinished or trickled headers (one
      byte every few seconds) hold a connection for that long at most, and never count against the requests in
-     flight, which the app bounds itself (``http.Guard``: 503 with ``Retry-After``). uvicorn's own
+     flight, which the app bounds itself (``middleware.Guard``: 503 with ``Retry-After``). uvicorn's own
      ``limit_concurrency`` counted open connections, so 340 unfinished ones made every request and ``/health`` a
      503 (issue 37).
 """
