@@ -14,8 +14,14 @@ import pytest
 
 from seer_trt.contracts.config import SeerConfig
 from seer_trt.contracts.errors import ConfigError, InputError, SeerError
-from seer_trt.contracts.geometry import LLADA_V_PINPOINTS, anyres_layout, parse_pinpoints, select_best_resolution
-from seer_trt.runtime.image import AnyresImage, anyres_tiles, pixel_tiles, resize_and_pad
+from seer_trt.contracts.geometry import (
+    LLADA_V_PINPOINTS,
+    AnyresImage,
+    anyres_layout,
+    parse_pinpoints,
+    select_best_resolution,
+)
+from seer_trt.runtime.image import anyres_tiles, pixel_tiles, resize_and_pad
 
 # ---------------------------------------------------------------------------------------------- pinpoints
 
@@ -249,9 +255,9 @@ def test_downsampling_only_past_the_1_1_margin(size, crop, out):
 def _tiny(image_size: int = 16, patch_size: int = 8, **kw):
     import torch  # the export extra, always installed for the tests
 
-    from seer_export.models import LLaDAV, LLaDAVConfig, TextConfig, VisionConfig
+    from seer_export.models import DiffusionMLLM, DiffusionMLLMConfig, TextConfig, VisionConfig
 
-    cfg = LLaDAVConfig(
+    cfg = DiffusionMLLMConfig(
         text=TextConfig(
             vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=2,
@@ -265,7 +271,7 @@ def _tiny(image_size: int = 16, patch_size: int = 8, **kw):
         **kw,
     )  # fmt: skip
     torch.manual_seed(0)
-    model = LLaDAV(cfg).eval()
+    model = DiffusionMLLM(cfg).eval()
     with torch.no_grad():
         model.model.image_newline.copy_(torch.full((32,), -1.0))
     return model
@@ -405,23 +411,23 @@ def test_anyres_path_through_embed_prompt():
 
 def test_config_pinpoints_round_trip():
     pytest.importorskip("torch")
-    from seer_export.models import LLaDAVConfig
+    from seer_export.models import DiffusionMLLMConfig
 
     base = _tiny().config
     assert base.image_grid_pinpoints == LLADA_V_PINPOINTS and base.anyres_max_tiles == 4
     data = json.loads(json.dumps(base.to_dict()))
     assert data["image_grid_pinpoints"] == LLADA_V_PINPOINTS
-    assert LLaDAVConfig.from_dict(data) == base
+    assert DiffusionMLLMConfig.from_dict(data) == base
     data["image_grid_pinpoints"] = [[16, 16], [16, 32]]  # the trained checkpoint's list form
-    listed = LLaDAVConfig.from_dict(data)
+    listed = DiffusionMLLMConfig.from_dict(data)
     assert listed.image_grid_pinpoints == ((16, 16), (16, 32))
     assert listed.grid_pinpoints == [(16, 16), (16, 32)]
-    assert LLaDAVConfig.from_dict(json.loads(json.dumps(listed.to_dict()))) == listed
+    assert DiffusionMLLMConfig.from_dict(json.loads(json.dumps(listed.to_dict()))) == listed
     del data["image_grid_pinpoints"]
     data["image_aspect_ratio"] = "pad"  # the fixture's config.json: no pinpoints, single tiles
-    pad = LLaDAVConfig.from_dict(data)
+    pad = DiffusionMLLMConfig.from_dict(data)
     assert pad.image_grid_pinpoints == LLADA_V_PINPOINTS and pad.anyres_max_tiles is None
     with pytest.raises(ConfigError, match="anyres_max"):
-        LLaDAVConfig.from_dict({**data, "image_aspect_ratio": "anyres_max_"})
+        DiffusionMLLMConfig.from_dict({**data, "image_aspect_ratio": "anyres_max_"})
     with pytest.raises(ConfigError, match="multiple"):
-        LLaDAVConfig.from_dict({**data, "image_grid_pinpoints": [[10, 16]]})
+        DiffusionMLLMConfig.from_dict({**data, "image_grid_pinpoints": [[10, 16]]})

@@ -20,8 +20,8 @@ from tiny_models import tiny_dream_config
 from seer_export.models import registry
 from seer_export.models.families import FAMILIES, special_tokens
 from seer_export.models.llada import predecessors
-from seer_export.models.llada_v import LLaDAV, left_pad_prompts, window_layout
 from seer_export.models.loading import INDEX_FILE, load_model
+from seer_export.models.mllm import DiffusionMLLM, left_pad_prompts, window_layout
 from seer_export.models.random_checkpoint import write_random_checkpoint
 from seer_export.reference.fixture import build_tokenizer
 from seer_trt.contracts.config import GenerationConfig
@@ -86,15 +86,15 @@ def test_checkpoint_is_stored_under_dreams_names_and_loads_only_as_dream(checkpo
 def test_options_the_model_does_not_implement_are_refused(checkpoint):
     """Qwen2's config keys that would change the computation are refused, not dropped: RoPE scaling, sliding windows,
     another activation; Dream-v0's own values (null, false, silu) load."""
-    from seer_export.models.config import LLaDAVConfig
+    from seer_export.models.config import DiffusionMLLMConfig
 
     data = {k: v for k, v in json.loads((checkpoint / "config.json").read_text()).items() if k != "family"}
     fine = {"rope_scaling": None, "use_sliding_window": False, "sliding_window": 4096, "hidden_act": "silu"}
-    assert LLaDAVConfig.from_dict({**data, **fine}).family == "dream"
+    assert DiffusionMLLMConfig.from_dict({**data, **fine}).family == "dream"
     for bad in ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, {"use_sliding_window": True},
                 {"hidden_act": "gelu"}):  # fmt: skip
         with pytest.raises(ConfigError, match=next(iter(bad))):
-            LLaDAVConfig.from_dict({**data, **bad})
+            DiffusionMLLMConfig.from_dict({**data, **bad})
 
 
 def test_a_missing_bias_is_named_as_the_checkpoint_names_it(checkpoint, tmp_path):
@@ -135,7 +135,7 @@ def test_each_position_is_predicted_from_the_one_before_it_in_its_row():
     assert predecessors(seg, 0).tolist()[0][2] == 2  # a row's first position keeps its own (Dream's logits[:, :1])
 
 
-def _prompts(model: LLaDAV, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def _prompts(model: DiffusionMLLM, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(3)
     return left_pad_prompts([model.model.embed_tokens(torch.randint(0, VOCAB - 6, (n,), generator=g)) for n in lengths])
 
@@ -153,7 +153,7 @@ def test_logits_are_dreams_shift_of_the_full_sequence(checkpoint):
         shifted = torch.cat([full[:, :1], full[:, :-1]], 1)[:, 5:]
         torch.testing.assert_close(model(prefix, gen_ids, seg, pos), shifted.float())
         unshifted = dataclasses.replace(model.config, family="lavida-llada", naming="llada-v")
-        assert not torch.allclose(LLaDAV(unshifted).eval()(prefix, gen_ids, seg, pos), shifted.float())
+        assert not torch.allclose(DiffusionMLLM(unshifted).eval()(prefix, gen_ids, seg, pos), shifted.float())
 
 
 def test_a_cached_step_computes_the_last_prompt_position_and_equals_the_exact_step(checkpoint):
@@ -208,7 +208,7 @@ def test_dreams_schedule_matches_its_float32_timesteps():
 
 def test_dreams_scores_match_between_the_runtime_and_the_reference():
     from seer_export.reference.sampler import dream_score as torch_score
-    from seer_trt.runtime.denoise import dream_score
+    from seer_trt.runtime.decoding import dream_score
 
     p = torch.softmax(torch.randn(3, 5, 40, generator=torch.Generator().manual_seed(2)) * 3, -1).double()
     for kind in ("topk_margin", "entropy"):

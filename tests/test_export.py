@@ -23,9 +23,9 @@ import pytest
 import torch
 
 from seer_export.cli import main
-from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
-from seer_export.models.llada_v import LLaDAV, window_layout
+from seer_export.models.config import DiffusionMLLMConfig, TextConfig, VisionConfig
 from seer_export.models.loading import load_model
+from seer_export.models.mllm import DiffusionMLLM, window_layout
 from seer_export.models.random_checkpoint import write_random_checkpoint
 from seer_export.models.registry import FIXTURE_DIR
 from seer_export.onnx import export as onnx_graph
@@ -67,14 +67,14 @@ def quiet_main(argv: list[str]) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def fixture_model() -> LLaDAV:
+def fixture_model() -> DiffusionMLLM:
     return load_model(FIXTURE_DIR)
 
 
 @pytest.fixture(scope="module")
 def random_checkpoint(tmp_path_factory) -> Path:
     """A 3-layer LLaDA-V of width 32 with random weights (sharded), probing layer 1 with the gate statistic."""
-    cfg = LLaDAVConfig(
+    cfg = DiffusionMLLMConfig(
         text=TextConfig(vocab_size=103, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
                         num_attention_heads=2, num_key_value_heads=2),
         vision=VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -96,7 +96,7 @@ def fixture_fp16(tmp_path_factory) -> tuple[Path, Manifest]:
     return out, run_export(ExportOptions(out=out, dtype="fp16", samples=8), log=lambda line: None)
 
 
-def window_inputs(model: LLaDAV, prompts, kept, g: int, mask_id: int, seed: int = 0, all_masks: bool = False):
+def window_inputs(model: DiffusionMLLM, prompts, kept, g: int, mask_id: int, seed: int = 0, all_masks: bool = False):
     """Left-padded prompts of embedded random ids and answer windows (masks, and tokens unless ``all_masks``)."""
     rng = np.random.default_rng(seed)
     table = model.model.embed_tokens.weight.detach().numpy()
@@ -125,7 +125,10 @@ def test_cli_writes_every_graph_tokenizer_and_manifest(fixture_export):
     assert manifest.weights.file == WEIGHTS_FILE and (out / WEIGHTS_FILE).stat().st_size == manifest.weights.size_bytes
     assert (out / "tokenizer" / "tokenizer.json").is_file()
     assert "chat_template" in (out / "tokenizer" / "tokenizer_config.json").read_text()
-    assert manifest.versions.opset == 20 and manifest.seer == LLaDAVConfig.from_file(FIXTURE_DIR / "config.json").seer
+    assert (
+        manifest.versions.opset == 20
+        and manifest.seer == DiffusionMLLMConfig.from_file(FIXTURE_DIR / "config.json").seer
+    )
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no staging folder left behind
     stages = [line for line in stdout.splitlines() if line.startswith("[")]
     assert any("exported denoise.onnx" in line for line in stages) and "done" in stages[-1]
@@ -168,7 +171,7 @@ def test_goldens_load_with_polygraphy(fixture_export):
 @pytest.mark.slow
 @pytest.mark.parametrize("prompts, kept, g", SHAPES)
 def test_denoise_graphs_match_the_reference_sampler(fixture_export, fixture_model, prompts, kept, g):
-    """x0 / log_confidence / logits as ``sampler.generate`` computes them from ``LLaDAV.forward``; p_end as
+    """x0 / log_confidence / logits as ``sampler.generate`` computes them from ``DiffusionMLLM.forward``; p_end as
     ``seer.step_zero`` reads it (the unsuppressed softmax)."""
     out, manifest, _ = fixture_export
     special = manifest.special_tokens

@@ -219,7 +219,7 @@ def test_triton_repository_serves_the_front_end_graph(export, tmp_path):
 def test_a_config_in_lavidas_own_keys_gets_the_familys_defaults():
     """jacklishufan/lavida-llada-v1.0-instruct's config.json: LLaDA's native keys beside the LLaVA ones its training
     wrote, no product key: the family fills in the pool, LaViDa's loop and LLaDA-V's (and LaViDa's) system prompt."""
-    from seer_export.models.config import LLaDAVConfig
+    from seer_export.models.config import DiffusionMLLMConfig
     from seer_export.models.families import LAVIDA_PINPOINTS, LLADA_V_SYSTEM
     from seer_export.models.names import NATIVE_REQUIRED
 
@@ -229,7 +229,7 @@ def test_a_config_in_lavidas_own_keys_gets_the_familys_defaults():
             "mm_vision_tower": "google/siglip-so400m-patch14-384", "mm_patch_merge_type": "spatial_unpad",
             "image_aspect_ratio": "anyres", "image_grid_pinpoints": [list(p) for p in LAVIDA_PINPOINTS],
             **NATIVE_REQUIRED}  # fmt: skip
-    cfg = LLaDAVConfig.from_dict(data)
+    cfg = DiffusionMLLMConfig.from_dict(data)
     assert (cfg.family, cfg.naming, cfg.feature_side, cfg.features_per_tile) == (
         "lavida-llada",
         "llada-native",

@@ -11,8 +11,8 @@ from safetensors.torch import save_file
 
 from seer_export.models import (
     MODELS,
-    LLaDAV,
-    LLaDAVConfig,
+    DiffusionMLLM,
+    DiffusionMLLMConfig,
     get_entry,
     load,
     load_model,
@@ -30,20 +30,20 @@ from tiny_models import tiny_config as shared_tiny_config  # noqa: E402
 REPO_ID = "GSAI-ML/LLaDA-V"
 
 
-def tiny_config(layers: int = 2) -> LLaDAVConfig:
+def tiny_config(layers: int = 2) -> DiffusionMLLMConfig:
     return shared_tiny_config(vocab=64, layers=layers)
 
 
-def random_state(cfg: LLaDAVConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+def random_state(cfg: DiffusionMLLMConfig, seed: int = 0) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
-    model = LLaDAV(cfg)
+    model = DiffusionMLLM(cfg)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_()  # norms start at ones and image_newline at zeros: make every tensor distinctive
     return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
 
 
-def write_checkpoint(folder: Path, cfg: LLaDAVConfig, state: dict[str, torch.Tensor], shards: int = 2) -> Path:
+def write_checkpoint(folder: Path, cfg: DiffusionMLLMConfig, state: dict[str, torch.Tensor], shards: int = 2) -> Path:
     """HF layout: config.json plus model.safetensors, or ``shards`` files with model.safetensors.index.json."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
@@ -63,7 +63,7 @@ def write_checkpoint(folder: Path, cfg: LLaDAVConfig, state: dict[str, torch.Ten
     return folder
 
 
-def assert_loaded(model: LLaDAV, state: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> None:
+def assert_loaded(model: DiffusionMLLM, state: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> None:
     loaded = model.state_dict()
     assert set(loaded) == set(state)
     for name, tensor in state.items():
@@ -73,12 +73,12 @@ def assert_loaded(model: LLaDAV, state: dict[str, torch.Tensor], dtype: torch.dt
 
 
 @pytest.fixture
-def cfg() -> LLaDAVConfig:
+def cfg() -> DiffusionMLLMConfig:
     return tiny_config()
 
 
 @pytest.fixture
-def state(cfg: LLaDAVConfig) -> dict[str, torch.Tensor]:
+def state(cfg: DiffusionMLLMConfig) -> dict[str, torch.Tensor]:
     return random_state(cfg)
 
 
@@ -103,8 +103,8 @@ def cache_snapshot(cache: Path, repo_id: str = REPO_ID, commit: str = "0123abcd"
     return snapshot
 
 
-def test_official_parameter_names_are_the_models(cfg: LLaDAVConfig) -> None:
-    names = set(LLaDAV(cfg).state_dict())
+def test_official_parameter_names_are_the_models(cfg: DiffusionMLLMConfig) -> None:
+    names = set(DiffusionMLLM(cfg).state_dict())
     for name in (
         "model.embed_tokens.weight",
         "model.layers.1.self_attn.o_proj.weight",
@@ -123,7 +123,7 @@ def test_official_parameter_names_are_the_models(cfg: LLaDAVConfig) -> None:
     assert not any(".encoder.layers.1." in n or ".head." in n for n in names if "vision_tower" in n)
 
 
-def test_sharded_checkpoint_loads_every_tensor(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_sharded_checkpoint_loads_every_tensor(tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
     folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
     ckpt = load_state(folder)
     assert len(ckpt) == len(state)
@@ -145,7 +145,7 @@ def test_sharded_checkpoint_loads_every_tensor(tmp_path: Path, cfg: LLaDAVConfig
     assert logits.shape == (1, 2, 64) and torch.isfinite(logits).all()
 
 
-def test_single_file_checkpoint_loads_and_casts(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_single_file_checkpoint_loads_and_casts(tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
     folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=1)
     assert_loaded(load_model(folder), state)
     assert_loaded(load_model(folder, dtype=torch.float16), state, dtype=torch.float16)
@@ -153,7 +153,9 @@ def test_single_file_checkpoint_loads_and_casts(tmp_path: Path, cfg: LLaDAVConfi
         load_model(folder, dtype=torch.int64)
 
 
-def test_missing_unexpected_and_misshaped_named_in_one_error(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_missing_unexpected_and_misshaped_named_in_one_error(
+    tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict
+) -> None:
     del state["model.norm.weight"]
     del state["model.mm_projector.2.bias"]
     state["model.vision_tower.vision_tower.vision_model.head.probe"] = torch.zeros(1, 1, 16)
@@ -177,7 +179,7 @@ def test_many_mismatches_are_counted_and_truncated(tmp_path: Path, state: dict) 
     assert "unexpected" not in msg and len(msg) < 1500
 
 
-def test_shard_named_in_index_but_absent(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_shard_named_in_index_but_absent(tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
     folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
     (folder / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors") as err:
@@ -187,7 +189,7 @@ def test_shard_named_in_index_but_absent(tmp_path: Path, cfg: LLaDAVConfig, stat
         load_model(folder)
 
 
-def test_corrupt_shard_is_named(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_corrupt_shard_is_named(tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
     folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
     shard = folder / "model-00001-of-00002.safetensors"
     shard.write_bytes(shard.read_bytes()[:-64])  # a truncated copy
@@ -195,7 +197,7 @@ def test_corrupt_shard_is_named(tmp_path: Path, cfg: LLaDAVConfig, state: dict) 
         load_model(folder)
 
 
-def test_index_entry_its_shard_lacks(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_index_entry_its_shard_lacks(tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
     folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     index["weight_map"]["model.ghost.weight"] = "model-00001-of-00002.safetensors"
@@ -204,7 +206,7 @@ def test_index_entry_its_shard_lacks(tmp_path: Path, cfg: LLaDAVConfig, state: d
         load_state(folder)
 
 
-def test_folder_without_config_or_weights(tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_folder_without_config_or_weights(tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
     folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=1)
     (folder / "config.json").unlink()
     with pytest.raises(CheckpointError, match="no config.json.*model.safetensors"):
@@ -220,7 +222,7 @@ def test_folder_without_config_or_weights(tmp_path: Path, cfg: LLaDAVConfig, sta
         resolve_checkpoint(tmp_path / "nowhere", REPO_ID)
 
 
-def test_hf_cache_is_found_offline(hub: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_hf_cache_is_found_offline(hub: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
     snapshot = write_checkpoint(cache_snapshot(hub), cfg, state, shards=2)
     assert resolve("llada-v") == snapshot
     assert resolve_checkpoint(None, REPO_ID) == snapshot
@@ -231,7 +233,7 @@ def test_hf_cache_is_found_offline(hub: Path, cfg: LLaDAVConfig, state: dict) ->
 
 
 def test_hf_cache_without_refs_and_via_hf_home(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cfg: LLaDAVConfig
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cfg: DiffusionMLLMConfig
 ) -> None:
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
@@ -249,7 +251,7 @@ def test_empty_hf_cache_says_where_it_looked(hub: Path) -> None:
     assert "--checkpoint" in msg and str(hub) in msg and "huggingface-cli download GSAI-ML/LLaDA-V" in msg
 
 
-def test_checkpoint_flag_overrides_registry(hub: Path, tmp_path: Path, cfg: LLaDAVConfig, state: dict) -> None:
+def test_checkpoint_flag_overrides_registry(hub: Path, tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
     folder = write_checkpoint(tmp_path / "mine", cfg, state, shards=1)
     assert resolve("llada-v", checkpoint=folder) == folder
     assert resolve("tiny-llada-v", checkpoint=folder) == folder
@@ -274,5 +276,5 @@ def test_registry_entries() -> None:
 def test_bundled_fixture_loads() -> None:
     model, folder = load("tiny-llada-v")
     assert folder == FIXTURE_DIR.resolve()
-    assert model.config == LLaDAVConfig.from_file(FIXTURE_DIR / "config.json")
+    assert model.config == DiffusionMLLMConfig.from_file(FIXTURE_DIR / "config.json")
     assert all(not t.is_meta for t in model.state_dict().values())

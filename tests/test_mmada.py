@@ -185,14 +185,14 @@ def test_triton_repository_serves_the_front_end_graph(export, tmp_path):
 def test_a_config_in_mmadas_own_keys_gets_the_familys_defaults():
     """Gen-Verse/MMaDA-8B's config.json: LLaDA's native keys and the codebook's, no product key: the family fills in
     the 512 px / 16x image geometry, the centre crop, the marker ids, no system prompt and its loop."""
-    from seer_export.models.config import LLaDAVConfig
+    from seer_export.models.config import DiffusionMLLMConfig
     from seer_export.models.names import NATIVE_REQUIRED
 
     data = {"model_type": "mmada", "d_model": 4096, "n_heads": 32, "n_kv_heads": 32, "n_layers": 32,
             "mlp_hidden_size": 12288, "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "vocab_size": 126464,
             "embedding_size": 126464, "new_vocab_size": 134656, "llm_vocab_size": 126464, "codebook_size": 8192,
             "num_vq_tokens": 1024, **NATIVE_REQUIRED}  # fmt: skip
-    cfg = LLaDAVConfig.from_dict(data)
+    cfg = DiffusionMLLMConfig.from_dict(data)
     assert (cfg.family, cfg.naming, cfg.text.vocab_size, cfg.codebook_size) == ("mmada", "llada-native", 134656, 8192)
     assert (cfg.features_per_tile, cfg.image_aspect_ratio, cfg.system_prompt) == (1024, "center_crop", None)
     assert (cfg.image_prefix_ids, cfg.image_suffix_ids) == ((126089, 126084), (126085,))
@@ -226,3 +226,24 @@ def test_an_fp16_export_keeps_the_image_tokenizer_in_fp32(checkpoint, tmp_path):
     (result,) = pipe.generate([Request("count the shapes .", np.zeros((20, 30, 3), dtype=np.uint8), gen_length=16)])
     pipe.close()
     assert result.ok, result.error
+
+
+def test_each_familys_own_loop_comes_from_its_fields_not_its_name():
+    """``Family.own_loop`` reads ``own_tokens_per_step``, ``loop_blocks`` and ``own_block_max`` (issue 36): the
+    official loops (MMaDA two tokens a step in four blocks, LaViDa blocks of min(128, N), LLaDA-V one block), and a
+    family renamed keeps its loop; a gen_length the loop cannot spread evenly is one ConfigError."""
+    import dataclasses
+
+    from seer_trt.contracts.errors import ConfigError
+
+    shape = lambda f, n: (f.own_loop(n).steps, f.own_loop(n).block_length)  # noqa: E731
+    assert shape(FAMILIES["mmada"], 64) == (32, 16)
+    assert shape(FAMILIES["lavida-llada"], 256) == (256, 128) and shape(FAMILIES["lavida-llada"], 64) == (64, 64)
+    assert shape(FAMILIES["llada-v"], 256) == (256, 256)
+    for name in ("mmada", "lavida-llada", "llada-v"):
+        renamed = dataclasses.replace(FAMILIES[name], name="renamed")
+        assert renamed.own_loop(128) == FAMILIES[name].own_loop(128)
+    with pytest.raises(ConfigError, match="mmada family's own loop .* gen_length 12"):
+        FAMILIES["mmada"].own_loop(12)
+    with pytest.raises(ConfigError, match="gen_length 200"):
+        FAMILIES["lavida-llada"].own_loop(200)

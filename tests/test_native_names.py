@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from seer_export.models import LLaDAVConfig, load_model
+from seer_export.models import DiffusionMLLMConfig, load_model
 from seer_export.models.names import NATIVE_REQUIRED, to_checkpoint, to_module
 from seer_export.models.random_checkpoint import write_random_checkpoint
 from seer_trt.contracts.errors import CheckpointError, ConfigError
@@ -35,7 +35,7 @@ OFFICIAL = {
 }
 
 
-def native(layers: int = 2) -> LLaDAVConfig:
+def native(layers: int = 2) -> DiffusionMLLMConfig:
     return dataclasses.replace(tiny_config(vocab=120, layers=layers), naming="llada-native")
 
 
@@ -52,13 +52,13 @@ def test_a_native_config_reads_as_the_same_model_and_round_trips():
     data = cfg.to_dict()
     assert data["d_model"] == 32 and data["n_layers"] == 2 and data["mlp_hidden_size"] == 64
     assert "hidden_size" not in data and data["embedding_size"] == 120 and data["weight_tying"] is False
-    again = LLaDAVConfig.from_dict(data)
+    again = DiffusionMLLMConfig.from_dict(data)
     assert again == cfg and again.naming == "llada-native"
-    grown = LLaDAVConfig.from_dict({**data, "vocab_size": 100})  # embedding_size is the rows (MMaDA grows it)
+    grown = DiffusionMLLMConfig.from_dict({**data, "vocab_size": 100})  # embedding_size is the rows (MMaDA grows it)
     assert grown.text.vocab_size == 120
     for key, value in (("weight_tying", True), ("include_qkv_bias", True), ("block_type", "sequential")):
         with pytest.raises(ConfigError, match=key):
-            LLaDAVConfig.from_dict({**data, key: value})
+            DiffusionMLLMConfig.from_dict({**data, key: value})
     assert set(NATIVE_REQUIRED) <= set(data)
 
 

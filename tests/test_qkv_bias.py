@@ -13,7 +13,7 @@ import pytest
 import torch
 from tiny_models import gqa_bias_config
 
-from seer_export.models.config import LLaDAVConfig
+from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.llada import attention_mask, rope
 from seer_export.models.loading import INDEX_FILE, load_model
 from seer_export.models.random_checkpoint import write_random_checkpoint
@@ -32,14 +32,14 @@ def test_biases_load_strictly_and_round_trip(checkpoint):
     assert "model.layers.1.self_attn.o_proj.bias" not in names  # o_proj has none, as in Qwen2
     model = load_model(checkpoint)
     assert model.config.text.qkv_bias and model.model.layers[0].self_attn.k_proj.bias.shape == (16,)  # 2 heads x 8
-    assert LLaDAVConfig.from_dict(json.loads(json.dumps(model.config.to_dict()))) == model.config
+    assert DiffusionMLLMConfig.from_dict(json.loads(json.dumps(model.config.to_dict()))) == model.config
     broken = dataclasses.replace(model.config, text=dataclasses.replace(model.config.text, qkv_bias=False))
     with torch.device("meta"):
-        from seer_export.models.llada_v import LLaDAV
         from seer_export.models.loading import check_state, load_state
+        from seer_export.models.mllm import DiffusionMLLM
 
         with pytest.raises(CheckpointError, match=r"unexpected \[model\.layers\.0\.self_attn\.k_proj\.bias"):
-            check_state(LLaDAV(broken), load_state(checkpoint))  # a config without the biases names them
+            check_state(DiffusionMLLM(broken), load_state(checkpoint))  # a config without the biases names them
 
 
 def test_attention_equals_a_hand_computation(checkpoint):

@@ -17,7 +17,7 @@ from tiny_models import tiny_config
 from torch import nn
 
 from seer_export.models.llada import attention_mask, rope
-from seer_export.models.llada_v import LLaDAV, left_pad_prompts, window_layout
+from seer_export.models.mllm import DiffusionMLLM, left_pad_prompts, window_layout
 from seer_export.reference.sampler import commit_top_k, generate, suppress_special
 from seer_export.reference.seer import capture_mlp, seer_generate, step_zero
 from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
@@ -30,11 +30,11 @@ SPECIAL = SpecialTokens(mask_id=39, endoftext_id=30, startoftext_id=31, eot_id=3
 N = 8
 
 
-def tiny_model(seed: int = 0, weight_std: float = 4.0) -> LLaDAV:
+def tiny_model(seed: int = 0, weight_std: float = 4.0) -> DiffusionMLLM:
     """A 3-layer LLaDA-V with weights large enough that different positions and prompts predict differently."""
     cfg = tiny_config(vocab=VOCAB, layers=3)
     torch.manual_seed(seed)
-    model = LLaDAV(cfg).eval()
+    model = DiffusionMLLM(cfg).eval()
     with torch.no_grad():  # default init gives near-identical logits at every mask position: widen it
         for name, p in model.named_parameters():
             if p.dim() == 2 and "embed" not in name:
@@ -64,7 +64,7 @@ class Recorder(nn.Module):
 
 
 @pytest.fixture(scope="module")
-def model() -> LLaDAV:
+def model() -> DiffusionMLLM:
     return tiny_model()
 
 
@@ -288,7 +288,7 @@ def test_step0_logits_replace_the_first_forward(model, prompts, kept):
         np.testing.assert_array_equal(reused.tokens, fresh.tokens)
 
 
-def count_calls(model: LLaDAV) -> tuple[dict[str, int], list]:
+def count_calls(model: DiffusionMLLM) -> tuple[dict[str, int], list]:
     counts: dict[str, int] = {}
     modules = {f"layer{i}": layer for i, layer in enumerate(model.model.layers)}
     modules.update(norm=model.model.norm, lm_head=model.lm_head)
@@ -324,7 +324,7 @@ def test_step_zero_early_exit_runs_only_up_to_the_probe_layer(model, prompts):
 
 
 @torch.no_grad()
-def manual_mlp(model: LLaDAV, embeds: torch.Tensor, valid: torch.Tensor, layer: int):
+def manual_mlp(model: DiffusionMLLM, embeds: torch.Tensor, valid: torch.Tensor, layer: int):
     """The step-zero SwiGLU intermediate h and gate pre-activation of ``layer``, answer positions only."""
     batch, prompt_len = embeds.shape[:2]
     seg, pos = window_layout(valid, torch.full((batch,), N), N)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+from seer_export.models.config import DiffusionMLLMConfig, TextConfig, VisionConfig
 from seer_trt.contracts.config import SeerConfig
 
 
-def tiny_config(vocab: int = 64, layers: int = 2) -> LLaDAVConfig:
+def tiny_config(vocab: int = 64, layers: int = 2) -> DiffusionMLLMConfig:
     """Width 32, 2 heads; a 2-layer SigLIP on 16 px images (4 patches); probe layer 1."""
-    return LLaDAVConfig(
+    return DiffusionMLLMConfig(
         text=TextConfig(
             vocab_size=vocab,
             hidden_size=32,
@@ -29,13 +29,13 @@ def tiny_config(vocab: int = 64, layers: int = 2) -> LLaDAVConfig:
     )
 
 
-def tiny_lavida_config(vocab: int = 103, layers: int = 3) -> LLaDAVConfig:
+def tiny_lavida_config(vocab: int = 103, layers: int = 3) -> DiffusionMLLMConfig:
     """LaViDa-LLaDA in small: LLaDA's native names, 28 px tiles of 7 x 7 patches pooled to 4 x 4 (odd sides round up,
     as 27 -> 14 does), plain anyres over LaViDa's five pinpoints scaled from 384 px tiles to 28 px, its loop's defaults
     (256 positions, 256 steps, blocks of 128), the MLP rule at layer 1."""
     from seer_export.models.families import FAMILIES, LAVIDA_PINPOINTS
 
-    return LLaDAVConfig(
+    return DiffusionMLLMConfig(
         text=TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                         num_attention_heads=2, num_key_value_heads=2),
         vision=VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -50,14 +50,14 @@ def tiny_lavida_config(vocab: int = 103, layers: int = 3) -> LLaDAVConfig:
     )  # fmt: skip
 
 
-def tiny_mmada_config(vocab: int = 103, layers: int = 3) -> LLaDAVConfig:
+def tiny_mmada_config(vocab: int = 103, layers: int = 3) -> DiffusionMLLMConfig:
     """MMaDA in small: LLaDA's native names, no vision tower; a 16 px image is 8 x 8 = 64 codes of 16 (4 bits) at
     ids 83-98 (the fixture tokenizer's length, 83, is the offset, as MMaDA's 126,349), behind the marker ids 99, 100
     and before 101 (its <|mmu|> <|soi|> ... <|eoi|>); its loop's defaults (512 positions, 256 steps, blocks of 128).
     Pass ``tiny_magvit()`` as the random checkpoint's image tokenizer."""
     from seer_export.models.families import FAMILIES
 
-    return LLaDAVConfig(
+    return DiffusionMLLMConfig(
         text=TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                         num_attention_heads=2, num_key_value_heads=2),
         vision=VisionConfig(image_size=16, patch_size=2),
@@ -80,7 +80,7 @@ def tiny_magvit():
     return MagvitConfig(ch=32, ch_mult=(1, 2), num_res_blocks=(1, 1), z_channels=4, image_size=16)
 
 
-def tiny_dream_config(vocab: int, layers: int = 3, family: str = "dream") -> LLaDAVConfig:
+def tiny_dream_config(vocab: int, layers: int = 3, family: str = "dream") -> DiffusionMLLMConfig:
     """Dream in small (``family`` "dream", or "lavida-dream" with LaViDa's tiles as ``tiny_lavida_config``): Hugging
     Face names, 4 query heads over 2 K/V heads with q/k/v biases, RoPE base 1e6, shifted logits; its loop (steps =
     positions, Dream's schedule, one block) over 16 positions, ranked by the family's score; the MLP rule at layer 1.

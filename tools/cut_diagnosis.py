@@ -73,7 +73,7 @@ def context_at_answer(model, prefix, valid, gen, special, truth_len: np.ndarray)
     """Uncut fixed loop, one token a step: when each row commits its first answer position, the share of its
     positions past the answer (true length on) already committed, and committed as ``<|eot_id|>``."""
     n = gen.gen_length
-    from seer_export.models.llada_v import window_layout
+    from seer_export.models.mllm import window_layout
 
     b = prefix.shape[0]
     kept = torch.full((b,), n)

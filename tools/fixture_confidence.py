@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seer_export.models.llada_v import window_layout
+from seer_export.models.mllm import window_layout
 from seer_export.models.registry import load
 from seer_export.reference.fixture import TaskEncoder
 from seer_export.reference.run import answer_of

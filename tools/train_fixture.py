@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from seer_export.models.llada_v import LLaDAV, window_layout
+from seer_export.models.mllm import DiffusionMLLM, window_layout
 from seer_export.models.registry import FIXTURE_DIR
 from seer_export.reference.fixture import (
     TaskEncoder,
@@ -106,7 +106,7 @@ def cell_colours(image: np.ndarray, side: int) -> np.ndarray:
     return out
 
 
-def save(model: LLaDAV, out: Path, meta: dict) -> None:
+def save(model: DiffusionMLLM, out: Path, meta: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "model.safetensors.tmp"
     save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata={"format": "pt"})
@@ -169,7 +169,7 @@ def main() -> None:
         data[FAMILY_KEY] = args.family
     (args.out / "config.json").write_text(json.dumps(data, indent=2) + "\n")
     enc = TaskEncoder(args.out, cfg)
-    model = LLaDAV(cfg)
+    model = DiffusionMLLM(cfg)
     for p in model.parameters():  # small init: tiny models train faster from it
         if p.dim() > 1:
             torch.nn.init.normal_(p, std=0.02)

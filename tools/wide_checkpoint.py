@@ -17,13 +17,13 @@ from pathlib import Path
 def main(out: str) -> int:
     import torch
 
-    from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+    from seer_export.models.config import DiffusionMLLMConfig, TextConfig, VisionConfig
     from seer_export.models.random_checkpoint import write_random_checkpoint
     from seer_export.onnx.options import ExportOptions
     from seer_export.onnx.run import run_export
     from seer_trt.contracts.config import GenerationConfig, SeerConfig
 
-    cfg = LLaDAVConfig(
+    cfg = DiffusionMLLMConfig(
         text=TextConfig(vocab_size=83, hidden_size=2048, intermediate_size=6144, num_hidden_layers=4,
                         num_attention_heads=16, num_key_value_heads=16),
         vision=VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,

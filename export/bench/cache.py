@@ -125,10 +125,10 @@ def random_config(vision_tokens: int = 2916):
     """The benchmark's model: the fixture's width (hidden 128, 8 layers, 4 heads, MLP 384) with random weights,
     LLaDA-V's RoPE base, the Seer statistic at layer 0 (an early exit of 1/8 of a step, as layer 3 of 32), and a
     vision tile of ``vision_tokens`` patches so the prompt buckets reach 4096 (vision is not benchmarked)."""
-    from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+    from seer_export.models.config import DiffusionMLLMConfig, TextConfig, VisionConfig
 
     side = int(round(vision_tokens**0.5))
-    return LLaDAVConfig(
+    return DiffusionMLLMConfig(
         text=TextConfig(vocab_size=83, hidden_size=128, intermediate_size=384, num_hidden_layers=8,
                         num_attention_heads=4, num_key_value_heads=4),
         vision=VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,

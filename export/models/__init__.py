@@ -1,7 +1,7 @@
-"""LLaDA-V in plain PyTorch, with the official checkpoint's parameter names, and its checkpoint loading."""
+"""The one model of every family in plain PyTorch (``DiffusionMLLM``), with the official checkpoints' parameter
+names, and its checkpoint loading."""
 
-from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
-from seer_export.models.llada_v import LLaDAV
+from seer_export.models.config import DiffusionMLLMConfig, TextConfig, VisionConfig
 from seer_export.models.loading import (
     CheckpointTensors,
     check_state,
@@ -10,13 +10,14 @@ from seer_export.models.loading import (
     load_state,
     resolve_checkpoint,
 )
+from seer_export.models.mllm import DiffusionMLLM
 from seer_export.models.registry import MODELS, ModelEntry, get_entry, load, resolve
 
 __all__ = [
     "MODELS",
     "CheckpointTensors",
-    "LLaDAV",
-    "LLaDAVConfig",
+    "DiffusionMLLM",
+    "DiffusionMLLMConfig",
     "ModelEntry",
     "TextConfig",
     "VisionConfig",

@@ -3,7 +3,7 @@
 In:  the ``config.json`` of a LLaDA-V checkpoint (``GSAI-ML/LLaDA-V`` layout) or of the bundled fixture, or one in
      LLaDA's native (OLMo) keys (``d_model``, ``n_layers``, ...), as LLaDA's own checkpoints and the models built on
      them without renaming write it.
-Out: ``LLaDAVConfig``: language-model dims, the parameter naming of the weights beside it (``seer_export.models.names``),
+Out: ``DiffusionMLLMConfig``: language-model dims, the parameter naming of the weights beside it (``seer_export.models.names``),
      the SigLIP tower (after LLaDA-V drops its last layer), the projector, and the product's own keys ``seer``
      (calibration) and ``generation`` (defaults).
 
@@ -78,7 +78,9 @@ class VisionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class LLaDAVConfig:
+class DiffusionMLLMConfig:
+    """Every family's model configuration (``family`` names which; ``seer_export.models.families``)."""
+
     text: TextConfig
     vision: VisionConfig
     projector_type: str = "mlp2x_gelu"
@@ -164,7 +166,7 @@ class LLaDAVConfig:
         return int(found.group(1)) if found else None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "config.json") -> LLaDAVConfig:
+    def from_dict(cls, data: dict[str, Any], where: str = "config.json") -> DiffusionMLLMConfig:
         naming = "llada-v"
         native = "d_model" in data and "num_hidden_layers" not in data  # LLaDA's native config: OLMo's keys
         family = get_family(infer_family(data, native))
@@ -205,7 +207,7 @@ class LLaDAVConfig:
         )
 
     @classmethod
-    def from_file(cls, path: str | Path) -> LLaDAVConfig:
+    def from_file(cls, path: str | Path) -> DiffusionMLLMConfig:
         """``from_dict`` of a config.json; a checkpoint's whole config, with its image tokenizer's, is
         ``seer_export.models.loading.read_config``."""
         return cls.from_dict(read_json(path), str(path))

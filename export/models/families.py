@@ -72,6 +72,8 @@ class Family:
     system_prompt: str | None = LLADA_V_SYSTEM  # when config.json names none; MMaDA's inference_mmu.py sends none
     # a request's gen_length N: None keeps blocks of at most the default's; k splits N into k blocks (MMaDA: 4)
     loop_blocks: int | None = None
+    own_tokens_per_step: int = 1  # the official loop's tokens per step: steps = N / this (MMaDA's inference_mmu.py: 2)
+    own_block_max: int | None = None  # its blocks of min(this, N) without loop_blocks (LaViDa's 128); None: one block
     # Dream: position i's logits come from hidden state i - 1 (``cat(logits[:, :1], logits[:, :-1])``, kept from
     # its autoregressive initialisation); the step-zero statistic is read where the logits are
     shift_logits: bool = False
@@ -80,22 +82,26 @@ class Family:
 
     def own_loop(self, gen_length: int) -> GenerationConfig:
         """The family's official loop over ``gen_length`` positions (the baseline its users run), by confidence (the
-        fixed rule): LLaDA-V one token a step in one block; LaViDa one a step in blocks of min(128, N); MMaDA
-        (``inference_mmu.py``) two a step in four blocks of N / 4."""
+        fixed rule), from the family's fields: Dream's schedule N steps in one block; else ``N / own_tokens_per_step``
+        steps in ``loop_blocks`` blocks, or in blocks of at most ``own_block_max`` (LLaDA-V one token a step in one
+        block; LaViDa one a step in blocks of min(128, N); MMaDA, ``inference_mmu.py``, two a step in four blocks).
+
+        Raises:
+            ConfigError: a ``gen_length`` that loop's steps and blocks do not divide evenly.
+        """
+        n = gen_length
         if self.generation.schedule == "dream":  # diffusion_generate: N steps over the window, one block
-            return dataclasses.replace(self.generation, gen_length=gen_length, steps=gen_length,
-                                       block_length=gen_length)  # fmt: skip
-        if self.name == "mmada":
-            if gen_length % 4 or gen_length < 8:
-                raise ConfigError(f"MMaDA's loop (inference_mmu.py: steps N / 2, block_length N / 4) needs a "
-                                  f"gen_length that is a multiple of 4 and at least 8; got {gen_length}")  # fmt: skip
-            return GenerationConfig(gen_length=gen_length, steps=gen_length // 2, block_length=gen_length // 4,
-                                    decoding="fixed")  # fmt: skip
-        block = min(128, gen_length) if self.name == "lavida-llada" else gen_length
-        if gen_length % block:
-            raise ConfigError(f"LaViDa's loop needs a gen_length that is a multiple of 128 or at most 128; "
-                              f"got {gen_length}")  # fmt: skip
-        return GenerationConfig(gen_length=gen_length, steps=gen_length, block_length=block, decoding="fixed")
+            return dataclasses.replace(self.generation, gen_length=n, steps=n, block_length=n)
+        per = self.own_tokens_per_step
+        block = n // self.loop_blocks if self.loop_blocks else min(self.own_block_max or n, n)
+        if block < 1 or n % block or n % per or (n // per) % (n // block):
+            shape = (
+                f"{self.loop_blocks} blocks" if self.loop_blocks else f"blocks of min({self.own_block_max or 'N'}, N)"
+            )
+            raise ConfigError(f"the {self.name} family's own loop ({per} token(s) a step, {shape}) cannot spread "
+                              f"gen_length {n} evenly over its steps and blocks; pick one it divides (e.g. "
+                              f"{self.generation.gen_length})")  # fmt: skip
+        return GenerationConfig(gen_length=n, steps=n // per, block_length=block, decoding="fixed")
 
 
 # Dream's ChatML tokens (Dream-org/Dream-v0-Instruct-7B's tokenizer; Qwen2.5's plus <|beginoftext|>, <|mask|>):
@@ -127,6 +133,7 @@ FAMILIES = MappingProxyType(
                 # lmms-eval's LaViDa wrapper: max_new_tokens 256 unless the task sets it, steps = max_new_tokens
                 GenerationConfig(gen_length=256, steps=256, block_length=128, decoding=DEFAULT_DECODING),
                 suppress_special=False,
+                own_block_max=128,  # llada/generate.py as the lmms-eval wrapper calls it: blocks of min(128, N)
             ),
             Family(
                 "mmada",
@@ -145,6 +152,7 @@ FAMILIES = MappingProxyType(
                 image_suffix_ids=(126085,),  # <|eoi|>
                 system_prompt=None,
                 loop_blocks=4,
+                own_tokens_per_step=2,  # inference_mmu.py: steps N / 2, block_length N / 4
             ),
             Family(
                 "dream",

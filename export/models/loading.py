@@ -3,7 +3,7 @@
 In:  a checkpoint folder in Hugging Face layout (``config.json`` plus ``model.safetensors``, or shards
      ``model-0000x-of-0000y.safetensors`` with ``model.safetensors.index.json``), given directly or found in
      the local Hugging Face cache, offline: nothing here touches the network.
-Out: ``LLaDAV`` with every parameter loaded under a strict check of names and shapes; the names are LLaDA-V's or
+Out: ``DiffusionMLLM`` with every parameter loaded under a strict check of names and shapes; the names are LLaDA-V's or
      LLaDA's native ones, as the checkpoint's ``config.json`` says (``seer_export.models.names``).
 
 Memory stays near one copy of the weights, which an 8B export on a 24 GB machine needs: the module is built
@@ -23,9 +23,8 @@ from pathlib import Path
 
 import torch
 
-from seer_export.models.config import LLaDAVConfig
+from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.families import FAMILIES
-from seer_export.models.llada_v import LLaDAV
 from seer_export.models.magvit import (
     IMAGE_TOKENIZER_DIR,
     IMAGE_TOKENIZER_FILES,
@@ -33,6 +32,7 @@ from seer_export.models.magvit import (
     UNUSED_PREFIXES,
     MagvitConfig,
 )
+from seer_export.models.mllm import DiffusionMLLM
 from seer_export.models.names import to_checkpoint, to_module
 from seer_trt.contracts.errors import CheckpointError, ConfigError
 
@@ -331,8 +331,8 @@ def find_image_tokenizer(checkpoint: Path) -> Path:
                               f"{IMAGE_TOKENIZER_REPO} there ({err})") from None  # fmt: skip
 
 
-def read_config(folder: Path) -> LLaDAVConfig:
-    """A checkpoint's ``LLaDAVConfig``; for an image tokenizer's family (MMaDA) with its tokenizer's dims
+def read_config(folder: Path) -> DiffusionMLLMConfig:
+    """A checkpoint's ``DiffusionMLLMConfig``; for an image tokenizer's family (MMaDA) with its tokenizer's dims
     (``magvit``) and, when config.json names none, ``image_token_offset`` = the length of the tokenizer beside it
     (MMaDA's ``get_code(...) + len(text_tokenizer)``: 126,349).
 
@@ -341,7 +341,7 @@ def read_config(folder: Path) -> LLaDAVConfig:
         CheckpointError: no image tokenizer found.
     """
     path = folder / "config.json"
-    cfg = LLaDAVConfig.from_file(path)
+    cfg = DiffusionMLLMConfig.from_file(path)
     if cfg.has_tower or FAMILIES[cfg.family].front_end == "none":  # no image tokenizer to read
         return cfg
     if cfg.image_token_offset is None:
@@ -363,7 +363,7 @@ def read_config(folder: Path) -> LLaDAVConfig:
     return dataclasses.replace(cfg, magvit=magvit)
 
 
-def model_state(folder: Path, cfg: LLaDAVConfig) -> CheckpointTensors:
+def model_state(folder: Path, cfg: DiffusionMLLMConfig) -> CheckpointTensors:
     """The tensors of the whole model ``cfg`` describes: the checkpoint's, and for an image tokenizer's family
     (MMaDA) its tokenizer's encoder under ``model.image_tokenizer.`` (``seer_export.models.magvit``)."""
     ckpt = load_state(folder)
@@ -373,8 +373,10 @@ def model_state(folder: Path, cfg: LLaDAVConfig) -> CheckpointTensors:
     return ckpt.merged(tokenizer, "model.image_tokenizer.", UNUSED_PREFIXES)
 
 
-def load_model(folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> LLaDAV:
-    """Build ``LLaDAV`` from a checkpoint folder with about one copy of the weights in memory.
+def load_model(
+    folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> DiffusionMLLM:
+    """Build ``DiffusionMLLM`` from a checkpoint folder with about one copy of the weights in memory.
 
     Args:
         folder: a checkpoint folder (``config.json`` plus safetensors), e.g. from ``resolve_checkpoint``.
@@ -398,7 +400,7 @@ def load_model(folder: str | Path, dtype: torch.dtype = torch.float32, device: s
         )
     cfg = read_config(folder)
     with torch.device("meta"):
-        model = LLaDAV(cfg)
+        model = DiffusionMLLM(cfg)
     non_persistent = {n for n, _ in model.named_buffers()} - set(model.state_dict())
     # A non-persistent buffer is not in the checkpoint and would stay on meta; compute it in forward instead.
     assert not non_persistent, f"non-persistent buffers cannot be loaded from a checkpoint: {sorted(non_persistent)}"

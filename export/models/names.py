@@ -1,6 +1,6 @@
 """Checkpoint parameter names: LLaDA-V's Hugging Face names, which the modules carry, and LLaDA's native ones.
 
-In:  a checkpoint's tensor name and its naming (``LLaDAVConfig.naming``).
+In:  a checkpoint's tensor name and its naming (``DiffusionMLLMConfig.naming``).
 Out: the module's name for it (``to_module``), or back (``to_checkpoint``), and the native config keys.
 
 LLaDA's own checkpoints (GSAI-ML/LLaDA-8B-*, and the models built on them without renaming: LaViDa-LLaDA, MMaDA) keep

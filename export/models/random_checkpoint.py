@@ -1,6 +1,6 @@
 """A checkpoint folder of random weights in LLaDA-V's layout: for export tests and the 8B-path memory check.
 
-In:  an ``LLaDAVConfig`` (e.g. LLaDA-V's or LaViDa-LLaDA's own dims with fewer layers, ``model_layout``; its
+In:  an ``DiffusionMLLMConfig`` (e.g. LLaDA-V's or LaViDa-LLaDA's own dims with fewer layers, ``model_layout``; its
      ``naming`` picks LLaDA-V's or LLaDA's native parameter names and config keys), a dtype, a seed.
 Out: a Hugging Face style folder: ``config.json``, ``model-0000i-of-0000n.safetensors`` shards with
      ``model.safetensors.index.json``, and the fixture's tokenizer files (its special ids fit any vocab >= 103).
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+from seer_export.models.config import DiffusionMLLMConfig, TextConfig, VisionConfig
 from seer_export.models.families import FAMILIES, special_tokens
-from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import INDEX_FILE
 from seer_export.models.magvit import IMAGE_TOKENIZER_DIR, IMAGE_TOKENIZER_FILES, MagvitConfig, MagvitTokenizer
+from seer_export.models.mllm import DiffusionMLLM
 from seer_export.models.names import NAMINGS, to_checkpoint, to_module
 from seer_export.models.registry import FIXTURE_DIR
 from seer_export.reference.fixture import write_tokenizer
@@ -40,7 +40,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 def write_random_checkpoint(
     folder: str | Path,
-    cfg: LLaDAVConfig,
+    cfg: DiffusionMLLMConfig,
     dtype: torch.dtype = torch.float16,
     seed: int = 0,
     gain: float = 1.0,
@@ -65,7 +65,7 @@ def write_random_checkpoint(
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with torch.device("meta"):  # stored under the checkpoint's names: LLaDA-V's, or LLaDA's native (cfg.naming)
-        shapes = {to_checkpoint(n, cfg.naming): tuple(t.shape) for n, t in LLaDAV(cfg).state_dict().items()}
+        shapes = {to_checkpoint(n, cfg.naming): tuple(t.shape) for n, t in DiffusionMLLM(cfg).state_dict().items()}
     _write_tensors(folder, shapes, lambda name: "norm" in to_module(name, cfg.naming), dtype, seed, gain, shard_bytes)
     family = FAMILIES[cfg.family]
     if family.special_strings and Path(tokenizer_from) == FIXTURE_DIR:  # Dream's ChatML tokens, not LLaDA's
@@ -146,12 +146,12 @@ def _write_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], is_norm, dt
     (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
 
 
-def llada_v_layout(layers: int) -> LLaDAVConfig:
+def llada_v_layout(layers: int) -> DiffusionMLLMConfig:
     """LLaDA-V's dims (hidden 4096, MLP 12288, 32 heads, vocab 126464, SigLIP so400m) with ``layers`` layers."""
-    return LLaDAVConfig(text=TextConfig(num_hidden_layers=layers), vision=VisionConfig())
+    return DiffusionMLLMConfig(text=TextConfig(num_hidden_layers=layers), vision=VisionConfig())
 
 
-def model_layout(model: str, layers: int) -> LLaDAVConfig:
+def model_layout(model: str, layers: int) -> DiffusionMLLMConfig:
     """A family's full-size layout with ``layers`` decoder layers: LLaDA-8B's language model and SigLIP so400m
     under ``model``'s names, config keys, image settings and loop (``seer_export.models.families``)."""
     if model == "llada-v":
@@ -207,7 +207,7 @@ def work(args: argparse.Namespace) -> int:
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     write_random_checkpoint(args.out, cfg, dtype=dtype, seed=args.seed)
     with torch.device("meta"):
-        params = sum(p.numel() for p in LLaDAV(cfg).parameters())
+        params = sum(p.numel() for p in DiffusionMLLM(cfg).parameters())
     print(f"wrote {args.out}: {cfg.family}, {params / 1e9:.2f}B parameters, {dataclasses.asdict(cfg.text)}")
     return 0
 

@@ -1,7 +1,7 @@
 """The models seer-trt knows by name, and where each one's checkpoint comes from (docs/DESIGN.md "The model (LLaDA-V) in plain PyTorch", "The fixture model").
 
 In:  a model name (``--model``) and optionally a checkpoint folder (``--checkpoint DIR``).
-Out: the checkpoint folder (``resolve``) or the loaded ``LLaDAV`` with it (``load``).
+Out: the checkpoint folder (``resolve``) or the loaded ``DiffusionMLLM`` with it (``load``).
 
 A bundled model ships inside the package (the ``tiny-llada-v`` fixture, and ``tiny-llada-v-hard``, trained on the
 harder ``hard`` task family so that its confidences spread as a real model's do); a downloaded one is found in a folder
@@ -18,9 +18,9 @@ from types import MappingProxyType
 
 import torch
 
-from seer_export.models.config import LLaDAVConfig
-from seer_export.models.llada_v import LLaDAV
+from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.loading import SINGLE_FILE, load_model, read_config, resolve_checkpoint
+from seer_export.models.mllm import DiffusionMLLM
 from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-llada-v"  # the bundled fixture
@@ -112,7 +112,7 @@ def get_entry(name: str) -> ModelEntry:
     return MODELS[name]
 
 
-def check_family(name: str, cfg: LLaDAVConfig, where: Path) -> None:
+def check_family(name: str, cfg: DiffusionMLLMConfig, where: Path) -> None:
     """Refuse a checkpoint of another family than model ``name``'s.
 
     Raises:
@@ -156,7 +156,7 @@ def load(
     checkpoint: str | Path | None = None,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
-) -> tuple[LLaDAV, Path]:
+) -> tuple[DiffusionMLLM, Path]:
     """Load model ``name`` (see ``resolve``) with a strict check of its tensors.
 
     Args:

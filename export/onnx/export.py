@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import CheckpointTensors
+from seer_export.models.mllm import DiffusionMLLM
 from seer_export.models.names import to_checkpoint
 from seer_export.onnx.modules import PROBE_INITIALIZER, _Graph, build
 from seer_export.onnx.options import ExportError
@@ -258,7 +258,7 @@ def export_graph(
     import onnx_ir as ir
 
     with torch.device("meta"):
-        model = LLaDAV(source.config).to(TORCH_DTYPES[precision])
+        model = DiffusionMLLM(source.config).to(TORCH_DTYPES[precision])
         module: _Graph = build(spec.name, model, source.special, source.config.seer)
     extra = {}
     if hasattr(module, PROBE_INITIALIZER):  # the probe's weights come from the calibration, not the checkpoint

@@ -1,11 +1,11 @@
 """The exported graphs as thin modules around the untouched PyTorch LLaDA-V (docs/DESIGN.md "Seer, exactly"-5).
 
-In:  an ``LLaDAV`` (real weights, or on the ``meta`` device for export), the model's special tokens and its
+In:  an ``DiffusionMLLM`` (real weights, or on the ``meta`` device for export), the model's special tokens and its
      Seer calibration; the contract of each graph from ``seer_trt.contracts.graphs``.
 Out: one ``nn.Module`` per graph whose ``forward`` takes that graph's inputs in order and returns its outputs
      in order. They are exported by ``seer_export.onnx.options`` and serve as the PyTorch side of parity.
 
-Nothing here re-implements the model: each module calls ``LLaDAV`` (``forward``, ``hidden_states``,
+Nothing here re-implements the model: each module calls ``DiffusionMLLM`` (``forward``, ``hidden_states``,
 ``tile_features``) and reads the MLP statistic through ``seer_export.reference.seer.capture_mlp`` hooks and the probe
 through ``seer_export.reference.seer.probe_score``, so the graphs compute what the reference computes. Special ids are baked in as constants from ``SpecialTokens`` (the
 manifest records them). Suppression uses ``where`` (``bias * mask`` turns -inf * 0 into NaN, docs/DESIGN.md "Toolchain facts").
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from seer_export.models.families import ranks_by_score, suppressed_ids
-from seer_export.models.llada_v import LLaDAV
+from seer_export.models.mllm import DiffusionMLLM
 from seer_export.reference.seer import capture_mlp, mlp_statistic, normalise, probe_score
 from seer_trt.contracts.config import SeerConfig, SpecialTokens
 from seer_trt.contracts.graphs import GRAPHS, top_k
@@ -133,7 +133,7 @@ class _Graph(nn.Module):
 
     PREFIX = "llada."
 
-    def __init__(self, model: LLaDAV, special: SpecialTokens, seer: SeerConfig) -> None:
+    def __init__(self, model: DiffusionMLLM, special: SpecialTokens, seer: SeerConfig) -> None:
         super().__init__()
         self.llada = model
         self.special = special
@@ -167,7 +167,7 @@ class StepZeroGraph(_Graph):
     """Early exit: embeddings and decoder layers 0..k only, then layer k's MLP statistic and, for a probe
     calibration, the probe's score on the residual stream after layer k (docs/DESIGN.md "Seer, exactly")."""
 
-    def __init__(self, model: LLaDAV, special: SpecialTokens, seer: SeerConfig) -> None:
+    def __init__(self, model: DiffusionMLLM, special: SpecialTokens, seer: SeerConfig) -> None:
         super().__init__(model, special, seer)
         if seer.signal == "probe":  # an initializer of its own (PROBE_INITIALIZER), not a checkpoint tensor
             self.register_buffer(PROBE_INITIALIZER, torch.tensor(seer.probe_weights, dtype=torch.float32))
@@ -221,7 +221,7 @@ class DenoiseLogitsGraph(_CachedGraph):
         return suppress_masked(logits, gen_ids, self.special, self.suppressed), *present  # [B, G, V] float32
 
 
-MODULES: dict[str, Callable[[LLaDAV, SpecialTokens, SeerConfig], _Graph]] = {
+MODULES: dict[str, Callable[[DiffusionMLLM, SpecialTokens, SeerConfig], _Graph]] = {
     "embed": EmbedGraph,
     "vision": VisionGraph,
     "image_tokens": ImageTokensGraph,
@@ -232,6 +232,6 @@ MODULES: dict[str, Callable[[LLaDAV, SpecialTokens, SeerConfig], _Graph]] = {
 assert set(MODULES) == set(GRAPHS), "every graph of seer_trt.contracts.graphs needs a module here"
 
 
-def build(name: str, model: LLaDAV, special: SpecialTokens, seer: SeerConfig) -> nn.Module:
+def build(name: str, model: DiffusionMLLM, special: SpecialTokens, seer: SeerConfig) -> nn.Module:
     """The module of graph ``name`` around ``model``, in eval mode."""
     return MODULES[name](model, special, seer).eval()

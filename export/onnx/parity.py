@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import load_model
+from seer_export.models.mllm import DiffusionMLLM
 from seer_export.onnx.modules import build
 from seer_trt.backends.onnxruntime import OrtBackend
 from seer_trt.contracts.errors import ConfigError
@@ -109,7 +109,7 @@ def _pack(rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     )
 
 
-def make_cases(spec: GraphSpec, model: LLaDAV, manifest: Manifest, seed: int = 0) -> list[Case]:
+def make_cases(spec: GraphSpec, model: DiffusionMLLM, manifest: Manifest, seed: int = 0) -> list[Case]:
     """Input cases of graph ``spec`` with their PyTorch reference outputs."""
     rng = np.random.default_rng(seed)
     dtype = np.dtype(graph_precision(spec.name, manifest.precision))
@@ -312,7 +312,9 @@ def answer_positions(tokens: np.ndarray, kept: np.ndarray, eot_id: int) -> np.nd
     return positions < end[:, None]
 
 
-def end_to_end(folder: Path, model: LLaDAV, manifest: Manifest, checkpoint: Path, samples: int) -> EndToEnd | None:
+def end_to_end(
+    folder: Path, model: DiffusionMLLM, manifest: Manifest, checkpoint: Path, samples: int
+) -> EndToEnd | None:
     """Seer through the runtime's pipeline on the exported graphs vs ``seer_generate`` in PyTorch, on held-out
     fixture prompts; None when the export lacks a graph the generation needs."""
     from seer_export.reference.fixture import TaskEncoder

@@ -8,7 +8,7 @@ Out: ``OUT/{graph}.onnx`` (structure), ``OUT/weights.data`` (every graph's tenso
 
 One path for every model size, so the tiny fixture exercises what the 8B export runs:
 
-    config.json ─► LLaDAV on the meta device (no storage) ─► torch.onnx.export(dynamo, optimize=False)
+    config.json ─► DiffusionMLLM on the meta device (no storage) ─► torch.onnx.export(dynamo, optimize=False)
     safetensors headers ─► every initializer becomes a LazyTensor that reads its checkpoint tensor on demand
                            (a weight used only through Transpose is replaced by a lazily transposed one)
     ─► optimize ─► axis names and precision checked against the spec
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from seer_export.models.config import LLaDAVConfig
+from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.families import FAMILIES, ranks_by_score
 from seer_export.onnx.export import Log, export_graph
 from seer_export.onnx.options import ExportError, ExportOptions
@@ -72,8 +72,8 @@ def versions(opset: int) -> Versions:
     )
 
 
-def vision_info(v: LLaDAVConfig) -> VisionInfo:
-    """How the runtime cuts images into tiles and splices their features (``LLaDAV.image_features`` /
+def vision_info(v: DiffusionMLLMConfig) -> VisionInfo:
+    """How the runtime cuts images into tiles and splices their features (``DiffusionMLLM.image_features`` /
     ``merge_anyres``)."""
     return VisionInfo(
         image_size=v.vision.image_size,
@@ -92,7 +92,7 @@ def vision_info(v: LLaDAVConfig) -> VisionInfo:
     )
 
 
-def default_buckets(cfg: LLaDAVConfig) -> LengthBuckets:
+def default_buckets(cfg: DiffusionMLLMConfig) -> LengthBuckets:
     """Answer buckets over the generation window; prompt buckets over one image's features plus text."""
     side = cfg.feature_side
     per_tile = cfg.features_per_tile + side  # a tile's features plus at most one newline per feature row
@@ -103,7 +103,7 @@ def default_buckets(cfg: LLaDAVConfig) -> LengthBuckets:
     return LengthBuckets.for_model(cfg.generation.gen_length, tiles * per_tile)
 
 
-def model_info(name: str, cfg: LLaDAVConfig, folder: Path | None = None) -> ModelInfo:
+def model_info(name: str, cfg: DiffusionMLLMConfig, folder: Path | None = None) -> ModelInfo:
     """``folder``: the checkpoint, whose config.json may name the synthetic task family a fixture was trained on."""
     t = cfg.text
     family = None

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from seer_export.models.config import LLaDAVConfig
+from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.families import special_tokens
-from seer_export.models.llada_v import LLaDAV
 from seer_export.models.loading import CheckpointTensors, check_state, model_state, read_config
+from seer_export.models.mllm import DiffusionMLLM
 from seer_export.models.registry import check_family, get_entry, resolve
 from seer_trt.contracts.config import SpecialTokens
 from seer_trt.contracts.errors import CheckpointError
@@ -24,7 +24,7 @@ class Source:
     """The checkpoint an export reads, checked before any graph is traced."""
 
     folder: Path  # config.json, safetensors, tokenizer files
-    config: LLaDAVConfig
+    config: DiffusionMLLMConfig
     special: SpecialTokens  # resolved from the tokenizer by token string
     tensors: CheckpointTensors  # lazy: headers only
 
@@ -51,7 +51,7 @@ def open_source(model: str, checkpoint: Path | None) -> Source:
     special = special_tokens(cfg.family, folder / "tokenizer.json")  # the family's strings: LLaDA's or Dream's
     tensors = model_state(folder, cfg)  # with an image tokenizer's encoder, for MMaDA
     with torch.device("meta"):
-        check_state(LLaDAV(cfg), tensors, cfg.naming)  # names and shapes, all at once
+        check_state(DiffusionMLLM(cfg), tensors, cfg.naming)  # names and shapes, all at once
     if max(special.to_dict().values()) >= cfg.text.vocab_size:
         raise CheckpointError(
             f"tokenizer ids {special.to_dict()} reach past vocab_size {cfg.text.vocab_size} of {folder / 'config.json'}"
@@ -60,7 +60,7 @@ def open_source(model: str, checkpoint: Path | None) -> Source:
     return Source(folder, cfg, special, tensors)
 
 
-def model_dims(cfg: LLaDAVConfig) -> dict[str, int]:
+def model_dims(cfg: DiffusionMLLMConfig) -> dict[str, int]:
     """Sizes of the model axes of ``seer_trt.contracts.graphs``."""
     return {
         "hidden": cfg.text.hidden_size,

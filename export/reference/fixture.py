@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seer_export.models.config import LLaDAVConfig, TextConfig, VisionConfig
+from seer_export.models.config import DiffusionMLLMConfig, TextConfig, VisionConfig
 from seer_export.models.families import FAMILIES, special_tokens
-from seer_export.models.llada_v import LLaDAV, left_pad_prompts
+from seer_export.models.mllm import DiffusionMLLM, left_pad_prompts
 from seer_trt.contracts.config import GenerationConfig
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, IMAGE_TOKEN
@@ -82,12 +82,12 @@ def tokenizer_config(family: str = "llada-v") -> dict:
     }
 
 
-def fixture_config(vocab_size: int, gen_length: int = 64) -> LLaDAVConfig:
+def fixture_config(vocab_size: int, gen_length: int = 64) -> DiffusionMLLMConfig:
     """LLaDA-V's layout at 1.8M parameters: 8 layers of width 128, a 2-layer SigLIP on 32 px images.
 
     ``gen_length``: the default answer window (and steps, one block) of the config's generation settings.
     """
-    return LLaDAVConfig(
+    return DiffusionMLLMConfig(
         text=TextConfig(
             vocab_size=vocab_size,
             hidden_size=128,
@@ -113,11 +113,11 @@ def fixture_config(vocab_size: int, gen_length: int = 64) -> LLaDAVConfig:
     )
 
 
-def dream_fixture_config(vocab_size: int, gen_length: int = 64) -> LLaDAVConfig:
+def dream_fixture_config(vocab_size: int, gen_length: int = 64) -> DiffusionMLLMConfig:
     """The Dream family at the fixture's size (``tiny-dream``): 8 layers of width 128, grouped-query attention (4
     query heads over 2 K/V heads) with q/k/v biases, RoPE base 1e6, shifted logits, text only; Dream's own loop
     (steps = positions, Dream's schedule, ranked by negative entropy) over ``gen_length`` positions."""
-    return LLaDAVConfig(
+    return DiffusionMLLMConfig(
         text=TextConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=384, num_hidden_layers=8,
                         num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6,
                         qkv_bias=True),
@@ -152,7 +152,7 @@ def fixture_family(folder: Path) -> str:
 class TaskEncoder:
     """Turns task samples into model inputs with one tokenizer and chat format."""
 
-    def __init__(self, folder: Path, cfg: LLaDAVConfig) -> None:
+    def __init__(self, folder: Path, cfg: DiffusionMLLMConfig) -> None:
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -174,7 +174,7 @@ class TaskEncoder:
         """Answer ids followed by ``<|eot_id|>``: the true length Seer should keep (plus its margin)."""
         return self.tokenizer.encode(" ".join(sample.answer), add_special_tokens=False).ids + [self.special.eot_id]
 
-    def prefix(self, model: LLaDAV, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefix(self, model: DiffusionMLLM, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded prompt embeddings [B, P, D] and validity [B, P]; images tiled as the config says (one tile, or
         the anyres grid of ``image_grid_pinpoints``)."""
         size = self.cfg.vision.image_size

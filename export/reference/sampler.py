@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from seer_export.models.families import suppressed_ids
-from seer_export.models.llada_v import LLaDAV, window_layout
+from seer_export.models.mllm import DiffusionMLLM, window_layout
 from seer_trt.contracts.config import SCORED, GenerationConfig, SpecialTokens
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.runtime.schedule import plan_schedule
@@ -100,7 +100,7 @@ def dream_score(p: torch.Tensor, remasking: str) -> torch.Tensor:
 
 @torch.no_grad()
 def generate(
-    model: LLaDAV,
+    model: DiffusionMLLM,
     prefix_embeds: torch.Tensor,
     prefix_valid: torch.Tensor,
     gen: GenerationConfig,

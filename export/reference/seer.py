@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from seer_export.models.llada_v import LLaDAV, window_layout
+from seer_export.models.mllm import DiffusionMLLM, window_layout
 from seer_export.reference.sampler import Generation, generate, suppress_special
 from seer_trt.contracts.config import PROBE_EPS, GenerationConfig, SeerConfig, SpecialTokens
 from seer_trt.contracts.errors import ConfigError
@@ -71,7 +71,7 @@ def probe_score(features: torch.Tensor, seer: SeerConfig, weight: torch.Tensor |
 
 
 @contextlib.contextmanager
-def capture_mlp(model: LLaDAV, layers: tuple[int, ...]):
+def capture_mlp(model: DiffusionMLLM, layers: tuple[int, ...]):
     """Record each probed layer's ``gate_proj`` output and ``down_proj`` input during a forward."""
     seen: dict[int, dict[str, torch.Tensor]] = {k: {} for k in layers}
     handles = []
@@ -101,7 +101,7 @@ def mlp_statistic(seen: dict[str, torch.Tensor], statistic: str, tau_abs: float)
 
 @torch.no_grad()
 def step_zero(
-    model: LLaDAV,
+    model: DiffusionMLLM,
     prefix_embeds: torch.Tensor,
     prefix_valid: torch.Tensor,
     gen_length: int,
@@ -163,7 +163,7 @@ def step_zero(
 
 @torch.no_grad()
 def seer_generate(
-    model: LLaDAV,
+    model: DiffusionMLLM,
     prefix_embeds: torch.Tensor,
     prefix_valid: torch.Tensor,
     gen: GenerationConfig,

@@ -4,10 +4,12 @@
 In:  an image's original (width, height), the checkpoint's grid pinpoints and tile size.
 Out: the grid resolution chosen for it (``select_best_resolution``), the fitted size inside it (``fitted_size``) and
      the feature-side layout of ``spatial_unpad`` merging (``anyres_layout``: which rows and columns of the grid's
-     patch map survive unpadding and the ``anyres_max_N`` downsampling).
+     patch map survive unpadding and the ``anyres_max_N`` downsampling); ``AnyresImage``, one image's tiles with the
+     grid and original size that layout is read from, as the PyTorch model and the runtime both take it.
 
 A contract, not a stage: the exporter (``seer_export.models``), the runtime's image and embedding stages and the
-C++ runtime agree on it, so an image costs the same number of prompt positions everywhere. No pixels here.
+C++ runtime agree on it, so an image costs the same number of prompt positions everywhere. Pixels are made by the
+runtime's image stage (``seer_trt.runtime.image``); ``AnyresImage`` only carries them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import dataclasses
 import math
 import re
 from collections.abc import Sequence
+
+import numpy as np
 
 from seer_trt.contracts.errors import ConfigError
 
@@ -149,3 +153,16 @@ def anyres_layout(
         if times > 1.1:  # at least one row and column: upstream fails on a map shrunk to nothing
             h, w = max(1, int(h // times)), max(1, int(w // times))
     return AnyresLayout(side=side, crop=crop, size=(h, w))
+
+
+@dataclasses.dataclass(frozen=True)
+class AnyresImage:
+    """One image tiled as LLaVA-OneVision's "anyres" does: the whole image first, then its grid row by row."""
+
+    tiles: np.ndarray  # [1 + cols * rows, 3, S, S] float32, normalised; tile 0 is the whole image squashed to S
+    grid: tuple[int, int]  # (cols, rows): the grid tiles cover the image resized and padded to (cols*S, rows*S)
+    original_size: tuple[int, int]  # (width, height) px of the input, which unpadding the features needs
+
+    def feature_layout(self, side: int, max_tiles: int | None = None) -> AnyresLayout:
+        """``anyres_layout`` of this image for a tower with ``side`` x ``side`` patches per tile."""
+        return anyres_layout(self.grid, side, self.original_size, max_tiles)

@@ -27,9 +27,9 @@ import numpy as np
 from seer_trt.contracts.errors import ConfigError, InputError, describe
 from seer_trt.contracts.geometry import (
     LLADA_V_PINPOINTS,
+    AnyresImage,
     AnyresLayout,
     Pinpoints,
-    anyres_layout,
     fitted_size,
     parse_pinpoints,
     select_best_resolution,
@@ -57,19 +57,6 @@ def center_crop_tile(image: np.ndarray, size: int, mean: float = 0.5, std: float
     h, w = arr.shape[:2]
     top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
     return _normalise(arr[None, top : top + size, left : left + size], mean, std)
-
-
-@dataclasses.dataclass(frozen=True)
-class AnyresImage:
-    """One image tiled as LLaVA-OneVision's "anyres" does: the whole image first, then its grid row by row."""
-
-    tiles: np.ndarray  # [1 + cols * rows, 3, S, S] float32, normalised; tile 0 is the whole image squashed to S
-    grid: tuple[int, int]  # (cols, rows): the grid tiles cover the image resized and padded to (cols*S, rows*S)
-    original_size: tuple[int, int]  # (width, height) px of the input, which unpadding the features needs
-
-    def feature_layout(self, side: int, max_tiles: int | None = None) -> AnyresLayout:
-        """``anyres_layout`` of this image for a tower with ``side`` x ``side`` patches per tile."""
-        return anyres_layout(self.grid, side, self.original_size, max_tiles)
 
 
 def resize_and_pad(image: np.ndarray, target: tuple[int, int], original: tuple[int, int] | None = None) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""LLaDA-V: the LLaDA language model, the SigLIP tower, the ``mlp2x_gelu`` projector and ``image_newline``.
+"""The one model every family loads (``DiffusionMLLM``; the families differ in configuration, ``families.py``), as
+LLaDA-V builds it: a masked-diffusion language model (LLaDA's, or Dream's shapes), an image front end (the SigLIP
+tower, the ``mlp2x_gelu`` projector and ``image_newline``; or MMaDA's image tokenizer) and the LM head.
 
 In:  prompt ids with ``IMAGE_PLACEHOLDER`` slots and images (single pixel tiles, or ``AnyresImage`` tilings);
      answer ids (masks included).
@@ -24,17 +26,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seer_export.models.config import LLaDAVConfig
+from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.llada import DecoderLayer, RMSNorm, attention_mask, gather_positions, predecessors, rope
 from seer_export.models.magvit import MagvitTokenizer
 from seer_export.models.siglip import SigLipVisionTower
 from seer_trt.contracts.errors import ConfigError, InputError
-from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER
-from seer_trt.runtime.image import AnyresImage
+from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, AnyresImage
 
 
-class LLaDAVModel(nn.Module):
-    def __init__(self, cfg: LLaDAVConfig) -> None:
+class Backbone(nn.Module):
+    """Under ``model.``: the embeddings, the decoder layers, the final norm and the image front end (the names the
+    checkpoints use)."""
+
+    def __init__(self, cfg: DiffusionMLLMConfig) -> None:
         super().__init__()
         t = cfg.text
         self.embed_tokens = nn.Embedding(t.vocab_size, t.hidden_size)
@@ -50,13 +54,14 @@ class LLaDAVModel(nn.Module):
             self.image_tokenizer = MagvitTokenizer(cfg.magvit)
 
 
-class LLaDAV(nn.Module):
-    """The whole model; ``forward`` gives answer-position logits for a prefix + answer window."""
+class DiffusionMLLM(nn.Module):
+    """The whole model of any family (LLaDA-V, LaViDa, MMaDA, Dream); ``forward`` gives answer-position logits for a
+    prefix + answer window."""
 
-    def __init__(self, cfg: LLaDAVConfig) -> None:
+    def __init__(self, cfg: DiffusionMLLMConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.model = LLaDAVModel(cfg)
+        self.model = Backbone(cfg)
         self.lm_head = nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
 
     def image_ids(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -133,7 +138,7 @@ class LLaDAV(nn.Module):
         if not self.config.has_tower:
             if not isinstance(images, torch.Tensor) or images.dtype != torch.long or images.dim() != 2:
                 raise TypeError("a model without a vision tower takes images as vocabulary ids [N, T] int64 "
-                                "(LLaDAV.image_ids)")  # fmt: skip
+                                "(DiffusionMLLM.image_ids)")  # fmt: skip
             return list(self.model.embed_tokens(images.to(self.lm_head.weight.device)))
         if isinstance(images, torch.Tensor):
             return list(self.image_features(images))
