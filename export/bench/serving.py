@@ -1,7 +1,7 @@
 """``seer-bench --workload serving``: seer-serve on loopback against what a user would run instead: the same server
 with the prompt cache off (greedy, ``cache none``: the served path before the one engine), one request at a time, and
 ``SeerPipeline.generate`` of every request at once; and the server's overhead over ``generate`` (docs/DESIGN.md
-"Measuring", "Serving").
+"Measuring", "Serving and embedding").
 
 In:  an export (``shape`` "fixture": of the fixture, held-out prompts with their images; "llada-v": the random
      LLaDA-V-shaped model of ``--workload llada-v-shaped``, written to the folder when it is new, prompts of 729
@@ -20,7 +20,7 @@ Out: per concurrency, for each way (``default``: the server's defaults, the engi
 The servers run in this process (uvicorn in threads, one port each) over one pipeline, so they share the backend's
 sessions and the measuring clients share the machine's cores with them: figures are of the whole loopback system, as a
 user on one machine would see it. Answers are compared with ``generate``'s for each request alone and the differing
-ones counted (equal up to float rounding: docs/DESIGN.md "Serving").
+ones counted (equal up to float rounding: docs/DESIGN.md "Serving and embedding").
 """
 
 from __future__ import annotations

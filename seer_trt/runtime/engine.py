@@ -1,4 +1,4 @@
-"""The engine: requests that arrive apart step side by side through the one loop (docs/DESIGN.md "Serving").
+"""The engine: requests that arrive apart step side by side through the one loop (docs/DESIGN.md "Serving and embedding").
 
 In:  ``Request``s submitted at any time from any thread (``Engine.submit``), each with an optional callback for its
      final prefix and a deadline; a ``SeerPipeline`` (its backend, buckets, cost model and defaults).
@@ -40,7 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from seer_trt.contracts.errors import SeerError, describe
-from seer_trt.runtime.pipeline import Checked, GroupRun
+from seer_trt.runtime.pipeline import Checked, GroupRun, SeerPipeline
 from seer_trt.runtime.request import Request, Result
 
 Prefix = Callable[[list[int]], None]  # called from the engine thread with the ids newly final, in order
@@ -142,7 +142,7 @@ class EngineClient(Protocol):
 class Engine:
     """One engine loop over a pipeline: ``submit`` from any thread, ``start`` / ``close`` around it."""
 
-    def __init__(self, pipe, max_rows: int | None = None, max_queue: int = 256, policy: str | None = None,
+    def __init__(self, pipe: SeerPipeline, max_rows: int | None = None, max_queue: int = 256, policy: str | None = None,
                  prepare_threads: int = 2) -> None:  # fmt: skip
         """
         Args:
