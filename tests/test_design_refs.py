@@ -46,3 +46,24 @@ def test_design_names_the_c_abi_version_of_the_header():
     version = re.search(r"#define SEER_C_ABI_VERSION (\d+)", header).group(1)
     named = re.findall(r"ABI version (\d+)", DESIGN.read_text())
     assert named and set(named) == {version}, (named, version)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    kept = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return kept.replace(" ", "-")
+
+
+def test_every_anchor_link_in_the_docs_lands_on_a_heading():
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    anchors = {p.resolve(): {slug(h) for h in re.findall(r"^#+\s+(.*)$", p.read_text(), re.M)} for p in docs}
+    links, broken = 0, []
+    for doc in docs:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
+            path = (doc.parent / target).resolve() if target else doc.resolve()
+            if path not in anchors:
+                continue  # a file outside the docs (its anchor is another tool's)
+            links += 1
+            if anchor not in anchors[path]:
+                broken.append(f"{doc.name} -> {target or doc.name}#{anchor}")
+    assert links > 20 and broken == [], broken
