@@ -41,6 +41,7 @@ from seer_trt.eval import cache_fidelity
 from seer_trt.eval.paired import paired
 from seer_trt.eval.report import git_sha, save_figure
 from seer_trt.eval.tasks import HELD_OUT_SEED, Sample, held_out, vocabulary
+from seer_trt.runtime.decoding import Rule
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request, Result
 
@@ -107,7 +108,7 @@ def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | N
     out = {}
     for rule, setting in runs:
         fields = DECODING_SETTINGS[setting]
-        if rule != "fixed":  # a rule that commits by probability ranks by it (Dream's default score is none)
+        if not Rule.parse(rule).fixed:  # a rule that commits by probability ranks by it (Dream's default score is none)
             fields = {**fields, "remasking": "low_confidence"}
         results: list[Result] = []
         start = time.perf_counter()
