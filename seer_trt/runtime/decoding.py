@@ -240,12 +240,16 @@ FIXED = Rule("fixed")
 class Decoding:
     """One request's decoding, chosen by ``choose`` when it is prepared and used unchanged by its loop."""
 
-    graph: str  # the window graph its steps call: "denoise" or "denoise_logits"
     predictor: type  # Greedy | TopK | Sampled
     rule: Rule  # how many positions a step commits
     temperature: float  # 0: argmax
     remasking: str  # what ranks positions: low_confidence | random | topk_margin | entropy
     score: str | None = None  # the denoise output a greedy step ranks by (Dream's scores); None: the log-probability
+
+    @property
+    def graph(self) -> str:
+        """The window graph its steps call: the predictor's own ("denoise", or "denoise_logits" for ``Sampled``)."""
+        return self.predictor.graph
 
     @property
     def step_zero_predicts(self) -> bool:
@@ -269,14 +273,14 @@ def choose(gen: GenerationConfig, manifest: Manifest) -> Decoding:
     common = {"rule": rule, "temperature": gen.temperature, "remasking": gen.remasking}
     outputs = {t.name for t in manifest.graph("denoise").spec.outputs} if "denoise" in manifest.graphs else set()
     if gen.temperature == 0 and gen.remasking == "low_confidence":
-        return Decoding("denoise", Greedy, **common)
+        return Decoding(Greedy, **common)
     score = SCORE_OUTPUTS.get(gen.remasking)
     if gen.temperature == 0 and score in outputs:
-        return Decoding("denoise", Greedy, score=score, **common)
+        return Decoding(Greedy, score=score, **common)
     if (
         gen.remasking in ("low_confidence", "random")
         and "denoise_logits" not in manifest.graphs
         and "top_ids" in outputs
     ):
-        return Decoding("denoise", TopK, **common)
-    return Decoding("denoise_logits", Sampled, **common)
+        return Decoding(TopK, **common)
+    return Decoding(Sampled, **common)
