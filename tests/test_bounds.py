@@ -531,7 +531,7 @@ def test_onnx_runtime_telemetry_is_off_unless_asked_for(fixture_export, tmp_path
     if setting is None:
         assert written == [], written
     else:
-        assert ".cache/Microsoft/DeveloperTools/.onnxruntime/deviceid" in written, written
+        assert ".cache/Microsoft/DeveloperTools/.onnxruntime/deviceid" in written, (written, sorted(env))
 
 
 @pytest.mark.serving

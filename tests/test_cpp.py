@@ -1001,4 +1001,4 @@ def test_seer_run_leaves_onnx_runtimes_telemetry_off_unless_asked_for(cpp_build,
     if setting is None:
         assert written == [], written
     else:
-        assert ".cache/Microsoft/DeveloperTools/.onnxruntime/deviceid" in written, written
+        assert ".cache/Microsoft/DeveloperTools/.onnxruntime/deviceid" in written, (written, sorted(env))

@@ -29,7 +29,9 @@ def test_two_replicas_on_two_nodes_answer_every_request_and_survive_a_killed_rep
     assert steady["answered_first_time"] == steady["sent"] == 200 and steady["lost"] == steady["hung"] == 0
     assert len(steady["per_replica"]) == 2 and min(steady["per_replica"].values()) > 0  # both replicas answered
     assert steady["per_replica_metrics"] == steady["per_replica"]  # and their own counters say so, request for request
-    assert steady["equal_to_generate"] >= 199  # equal up to float rounding at a border (docs/DESIGN.md "Serving and embedding")
+    assert (
+        steady["equal_to_generate"] >= 199
+    )  # equal up to float rounding at a border (docs/DESIGN.md "Serving and embedding")
     # the fault: every request answered, first time or on the client's retry of a 5xx / closed connection
     assert fault["lost"] == fault["hung"] == fault["refused"] == 0
     assert fault["answered_first_time"] + fault["answered_on_retry"] == fault["sent"] == 200
