@@ -192,16 +192,81 @@ def link_into(path: Path, dst: Path) -> None:
             shutil.copyfile(path, dst / path.name)
 
 
-def calibrated_copy(src: Path, dst: Path, seer: SeerConfig) -> Path:
-    """The export with another calibration in its manifest (graph and weight files linked, not copied)."""
+def calibrated_copy(src: Path, dst: Path, seer: SeerConfig | None = None, **changes) -> Path:
+    """The export with another calibration (or other top-level manifest ``changes``) in its manifest (graph and
+    weight files linked, not copied)."""
     dst.mkdir()
     for path in src.iterdir():
         if path.name != "manifest.json":
             link_into(path, dst)
     data = json.loads((src / "manifest.json").read_text())
-    data["seer"] = seer.to_dict()
+    data.update({"seer": seer.to_dict()} if seer else {}, **changes)
     (dst / "manifest.json").write_text(json.dumps(data))
     return dst
+
+
+WINDOW_RULES = {  # manifest "lengths" -> (a request's gen_length, what both runtimes must say; None: it runs)
+    "split in 2": ({"blocks": "split", "count": 2}, 16, None),
+    "split in 3": ({"blocks": "split", "count": 3}, 16, "this model's loop splits the window into 3 blocks"),
+    "capped at 8": ({"blocks": "cap", "size": 8}, 12, "gen_length 12 is not a multiple of block_length 8"),
+    "whole": ({"blocks": "whole"}, 12, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WINDOW_RULES))
+def test_both_runtimes_shape_a_window_by_the_manifests_rule(lib, folder, cpp_requests, tmp_path, case):
+    """The manifest's "lengths" (schema 2.6), written once by seer-export, decides a request's blocks in both
+    runtimes (issue 36): the fixture's own rule is one block, under which gen_length 12 runs; capped at 8 it is
+    refused in both, split in 3 refuses 16 in both, and split in 2 runs 16 as two blocks of 8, equal in both."""
+    assert json.loads((folder / "manifest.json").read_text())["lengths"] == {"blocks": "whole"}
+    rule, n, error = WINDOW_RULES[case]
+    d = calibrated_copy(folder, tmp_path / "rule", lengths=rule)
+    py = SeerPipeline.from_manifest(d)
+    fields = {"gen_length": n, "seer": False}
+    python = py.generate([Request(s.question, s.image, **fields) for s in SAMPLES[:3]], policy="naive_pad")
+    with CppPipeline(lib, d, ort_library=ort_library()) as cpp:
+        cpp_results = cpp.generate([{**r, **fields} for r in cpp_requests[:3]], policy="naive_pad")
+    py.close()
+    if error is None:
+        assert_same(python, cpp_results)
+        assert py.settings(gen_length=n).block_length == (8 if rule["blocks"] == "split" else n)
+    else:
+        assert all(error in r.error for r in python), [r.error for r in python]
+        assert all(error in r["error"] for r in cpp_results), [r["error"] for r in cpp_results]
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("lengths", {"blocks": "cap"}, "needs size"),
+        ("lengths", {"blocks": "split", "count": 0}, "count must be a whole number >= 1"),
+        ("cost_calibration", {"shapes": [[1, 0, 4]], "repeats": 5}, "one or more \\[rows, prompt, answer\\]"),
+        ("cost_calibration", {"shapes": [[1, 16, 4]], "repeats": 0}, "repeats must be a whole number >= 1"),
+    ],
+)
+def test_both_runtimes_refuse_a_bad_window_rule_or_calibration(lib, folder, tmp_path, key, value, match):
+    """The C++ runtime reads "lengths" and "cost_calibration" itself, and refuses what Python refuses."""
+    d = calibrated_copy(folder, tmp_path / "bad", **{key: value})
+    with pytest.raises(ManifestError, match=match):
+        SeerPipeline.from_manifest(d)
+    with pytest.raises(ManifestError, match=match):
+        CppPipeline(lib, d, ort_library=ort_library())
+
+
+def test_a_2_5_manifest_reads_the_same_rule_and_calibration_in_both_runtimes(lib, folder, cpp_requests, tmp_path):
+    """Without "lengths" and "cost_calibration" (schema 2.5) both runtimes take the rule the defaults imply and the
+    legacy shapes: batched under cost_model (which calibrates) with a new gen_length, equal answers."""
+    data = json.loads((folder / "manifest.json").read_text())
+    del data["lengths"], data["cost_calibration"]
+    d = calibrated_copy(folder, tmp_path / "old")
+    (d / "manifest.json").write_text(json.dumps({**data, "schema_version": "2.5"}))
+    py = SeerPipeline.from_manifest(d)
+    fields = {"gen_length": 32, "seer": False}
+    python = py.generate([Request(s.question, s.image, **fields) for s in SAMPLES], policy="cost_model")
+    assert py.cost is not None and py.manifest.lengths.blocks == "whole"
+    with CppPipeline(lib, d, ort_library=ort_library()) as cpp:
+        assert_same(python, cpp.generate([{**r, **fields} for r in cpp_requests], policy="cost_model"))
+    py.close()
 
 
 SIGNALS = {  # every signal and detector a manifest can name; the fixture's own is the probe with a threshold

@@ -6,11 +6,19 @@ Runtime tier: nothing here imports torch; the manifest is built by hand from ``s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.contracts.config import (
+    CALIBRATION_SHAPES,
+    CostCalibration,
+    GenerationConfig,
+    SeerConfig,
+    SpecialTokens,
+    WindowRule,
+)
 from seer_trt.contracts.errors import ConfigError, ManifestError, SeerError
 from seer_trt.contracts.graphs import (
     GRAPH_NAMES,
@@ -146,7 +154,7 @@ def test_round_trip_through_json(tmp_path: Path):
     path = manifest.write(tmp_path)
     assert path.name == MANIFEST_FILE
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == "2.5"
+    assert data["schema_version"] == SCHEMA_VERSION == "2.6"
     assert data["graphs"]["denoise"]["inputs"][2] == {
         "name": "segment_ids", "dtype": "int32", "shape": ["batch", "seq"], "kind": "value"
     }  # fmt: skip
@@ -183,6 +191,63 @@ def test_newer_minor_version_is_accepted_and_its_new_keys_ignored(tmp_path: Path
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
     back = Manifest.read(tmp_path)
     assert back.schema_version == newer and back.model == make_manifest().model
+
+
+def test_the_window_rule_and_the_calibration_shapes_are_written_and_read(tmp_path: Path):
+    """Schema 2.6 writes how a request's gen_length shapes the window and what the cost model times (issue 36: both
+    runtimes read them from the manifest); a rule set apart from what loop_blocks implies is what is read back."""
+    manifest = Manifest(**{**make_manifest().__dict__, "lengths": WindowRule("cap", size=8),
+                           "cost_calibration": CostCalibration(((2, 16, 8), (1, 64, 16)), repeats=2)})  # fmt: skip
+    data = json.loads(manifest.write(tmp_path).read_text())
+    assert data["lengths"] == {"blocks": "cap", "size": 8}
+    assert data["cost_calibration"] == {"shapes": [[2, 16, 8], [1, 64, 16]], "repeats": 2}
+    back = Manifest.read(tmp_path)
+    assert back.lengths == WindowRule("cap", size=8) and back.cost_calibration.shapes == ((2, 16, 8), (1, 64, 16))
+    assert back.lengths.shape(12, back.generation)[0] == 8  # min(8, 12), where the defaults' whole block gave 12
+
+
+@pytest.mark.parametrize(
+    "gen, loop_blocks, rule, shapes",
+    [
+        (GenerationConfig(gen_length=64, steps=64, block_length=64), None, WindowRule(), {16: (16, 16), 128: (128, 128)}),
+        (GenerationConfig(gen_length=256, steps=256, block_length=128), None, WindowRule("cap", size=128),
+         {64: (64, 64), 512: (128, 512)}),
+        (GenerationConfig(gen_length=256, steps=128, block_length=64), 4, WindowRule("split", count=4),
+         {16: (4, 8), 512: (128, 256)}),
+    ],
+)  # fmt: skip
+def test_a_manifest_before_2_6_reads_the_rule_its_defaults_imply(tmp_path: Path, gen, loop_blocks, rule, shapes):
+    """No ``lengths`` or ``cost_calibration`` (schema 2.5): LLaDA-V's one block, LaViDa's blocks of at most the
+    default's, MMaDA's loop_blocks; the calibration is CALIBRATION_SHAPES, 5 repeats."""
+    data = make_manifest().to_dict()
+    data["schema_version"] = "2.5"
+    data["generation"], data["model"]["loop_blocks"] = gen.to_dict(), loop_blocks
+    del data["lengths"], data["cost_calibration"]
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
+    back = Manifest.read(tmp_path)
+    assert back.lengths == rule and back.cost_calibration == CostCalibration(CALIBRATION_SHAPES, 5)
+    assert {n: rule.shape(n, gen) for n in shapes} == shapes
+    if rule.blocks == "split":
+        with pytest.raises(ValueError, match="splits the window into 4 blocks; ask for a multiple of 4"):
+            rule.shape(18, gen)
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("lengths", {"blocks": "halves"}, "not one of"),
+        ("lengths", {"blocks": "cap"}, "needs size"),
+        ("lengths", {"blocks": "whole", "count": 2}, "takes no count"),
+        ("lengths", {"blocks": "split", "count": 0}, "count must be a whole number"),
+        ("cost_calibration", {"shapes": [], "repeats": 5}, "one or more"),
+        ("cost_calibration", {"shapes": [[1, 0, 4]], "repeats": 5}, "one or more"),
+        ("cost_calibration", {"shapes": [[1, "a", 4]], "repeats": 5}, "rows, prompt, answer"),
+        ("cost_calibration", {"shapes": [[1, 16, 4]], "repeats": 0}, "repeats"),
+    ],
+)
+def test_a_bad_window_rule_or_calibration_is_a_manifest_error(tmp_path: Path, key, value, match):
+    with pytest.raises(ManifestError, match=match):
+        Manifest.read(_written(tmp_path, **{key: value}))
 
 
 def test_unknown_key_in_our_own_version_is_an_error(tmp_path: Path):
@@ -272,3 +337,12 @@ def test_a_malformed_build_record_names_where(tmp_path: Path):
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
     with pytest.raises(ManifestError, match=r"builds.tensorrt lacks \['version'\]"):
         Manifest.read(tmp_path)
+
+
+def test_the_c_runtimes_legacy_calibration_shapes_are_pythons():
+    """A manifest before 2.6 names no calibration shapes: the C++ runtime's stand-in (cpp/src/manifest.cpp) must be
+    CALIBRATION_SHAPES, which every 2.6 export writes."""
+    source = (Path(__file__).parents[1] / "cpp" / "src" / "manifest.cpp").read_text()
+    table = source[source.index("LEGACY_CALIBRATION_SHAPES[] = {") :].split(";", 1)[0]
+    shapes = tuple(tuple(int(v) for v in m.split(",")) for m in re.findall(r"\{(\d+, \d+, \d+)\}", table))
+    assert shapes == CALIBRATION_SHAPES

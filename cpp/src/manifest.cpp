@@ -184,6 +184,67 @@ bool python_float(const std::string& text, double& value) {
   return true;
 }
 
+
+// The shapes a manifest before 2.6 names none of: seer_trt.contracts.config.CALIBRATION_SHAPES (tests/test_cpp.py
+// checks the two agree); an export of 2.6 or later carries its own in "cost_calibration".
+const std::array<int64_t, 3> LEGACY_CALIBRATION_SHAPES[] = {{1, 16, 4},   {1, 32, 16},  {1, 128, 32}, {1, 384, 64},
+                                                            {1, 640, 128}, {4, 32, 8},   {4, 128, 32}, {8, 32, 8},
+                                                            {16, 32, 16},  {16, 64, 32}};
+
+// "lengths" (seer_trt.contracts.config.WindowRule), or before 2.6 the rule loop_blocks and the defaults imply
+void read_lengths(const json& data, int64_t loop_blocks, const std::string& path, Manifest& m) {
+  WindowRule& r = m.lengths;
+  if (!data.contains("lengths") || data["lengths"].is_null()) {
+    const GenerationConfig& g = m.generation;
+    r = loop_blocks ? WindowRule{"split", 0, loop_blocks}
+        : g.block_length == g.gen_length ? WindowRule{}
+                                         : WindowRule{"cap", g.block_length, 0};
+    return;
+  }
+  const json& l = data["lengths"];
+  const std::string where = "manifest lengths";
+  r.blocks = get<std::string>(l, "blocks", where);
+  if (r.blocks != "whole" && r.blocks != "cap" && r.blocks != "split")
+    throw manifest_error(path + ": window rule blocks '" + r.blocks + "' is not one of ['whole', 'cap', 'split']");
+  for (auto [name, value] : {std::pair{"size", &r.size}, {"count", &r.count}}) {
+    const bool wanted = (r.blocks == "cap" && name == std::string("size")) ||
+                        (r.blocks == "split" && name == std::string("count"));
+    const bool given = l.contains(name) && !l[name].is_null();
+    if (given != wanted)
+      throw manifest_error(path + ": window rule '" + r.blocks + "' " + (given ? "takes no " : "needs ") + name +
+                           ", got " + l.dump());
+    if (given && (*value = get<int64_t>(l, name, where)) < 1)
+      throw manifest_error(path + ": window rule " + name + " must be a whole number >= 1, got " + l[name].dump());
+  }
+}
+
+// "cost_calibration" (seer_trt.contracts.config.CostCalibration), or before 2.6 the legacy shapes
+void read_cost_calibration(const json& data, const std::string& path, Manifest& m) {
+  CostCalibration& c = m.cost_calibration;
+  const bool named = data.contains("cost_calibration") && !data["cost_calibration"].is_null();
+  const json& cc = named ? data["cost_calibration"] : json::object();
+  if (!cc.is_object()) throw manifest_error(path + ": cost_calibration is not a JSON object; re-export with seer-export");
+  c.repeats = get_or<int64_t>(cc, "repeats", 5, "manifest cost_calibration");
+  if (c.repeats < 1)
+    throw manifest_error(path + ": calibration repeats must be a whole number >= 1, got " + std::to_string(c.repeats));
+  if (!cc.contains("shapes") || cc["shapes"].is_null()) {
+    c.shapes.assign(std::begin(LEGACY_CALIBRATION_SHAPES), std::end(LEGACY_CALIBRATION_SHAPES));
+    return;
+  }
+  const json& shapes = cc["shapes"];
+  bool ok = shapes.is_array() && !shapes.empty();
+  for (size_t k = 0; ok && k < shapes.size(); ++k) {
+    const json& s = shapes[k];
+    std::array<int64_t, 3> shape{};
+    ok = s.is_array() && s.size() == 3;
+    for (size_t i = 0; ok && i < 3; ++i) ok = s[i].is_number_integer() && (shape[i] = s[i].get<int64_t>()) >= 1;
+    c.shapes.push_back(shape);
+  }
+  if (!ok)
+    throw manifest_error(path + ": calibration shapes must be one or more [rows, prompt, answer] of whole numbers >= 1, "
+                         "got " + shapes.dump());
+}
+
 }  // namespace
 
 std::string python_repr(const std::string& text) {
@@ -313,6 +374,15 @@ void GenerationConfig::validate() const {
                        " / block_length " + std::to_string(block_length) + "); choose steps divisible by it");
 }
 
+std::pair<int64_t, int64_t> WindowRule::shape(int64_t n, const GenerationConfig& base) const {
+  if (blocks == "split" && n % count)
+    throw config_error("gen_length " + std::to_string(n) + ": this model's loop splits the window into " +
+                       std::to_string(count) + " blocks; ask for a multiple of " + std::to_string(count) +
+                       ", or pass block_length");
+  const int64_t block = blocks == "split" ? n / count : blocks == "cap" ? std::min(size, n) : n;
+  return {block, std::max<int64_t>(1, n * base.steps / base.gen_length)};
+}
+
 bool GenerationConfig::operator<(const GenerationConfig& o) const {
   return std::tie(gen_length, steps, block_length, temperature, remasking, decoding, schedule) <
          std::tie(o.gen_length, o.steps, o.block_length, o.temperature, o.remasking, o.decoding, o.schedule);
@@ -363,10 +433,11 @@ Manifest Manifest::read(const std::string& folder) {
 
   const json& model = field(data, "model", path);
   m.hidden_size = get<int64_t>(model, "hidden_size", "manifest model");
+  int64_t loop_blocks = 0;  // read only where the manifest names no "lengths" (before 2.6)
   if (model.contains("loop_blocks") && !model["loop_blocks"].is_null()) {  // absent before 2.3
-    m.loop_blocks = get<int64_t>(model, "loop_blocks", "manifest model");
-    if (m.loop_blocks < 1)
-      throw manifest_error(path + ": model.loop_blocks is " + std::to_string(m.loop_blocks) + "; expected >= 1 or null");
+    loop_blocks = get<int64_t>(model, "loop_blocks", "manifest model");
+    if (loop_blocks < 1)
+      throw manifest_error(path + ": model.loop_blocks is " + std::to_string(loop_blocks) + "; expected >= 1 or null");
   }
   m.vocab_size = get<int64_t>(model, "vocab_size", "manifest model");
   m.logit_shift = get_or<int64_t>(model, "logit_shift", 0, "manifest model");  // absent before 2.4
@@ -448,6 +519,8 @@ Manifest Manifest::read(const std::string& folder) {
   } catch (const Error& err) {
     throw manifest_error(path + ": " + err.what());
   }
+  read_lengths(data, loop_blocks, path, m);
+  read_cost_calibration(data, path, m);
   m.precision = get<std::string>(data, "precision", path);
   if (m.precision != "float32" && m.precision != "float16")
     throw manifest_error(path + ": precision '" + m.precision + "' is not float32 or float16; re-export");

@@ -6,6 +6,7 @@
 //      file; and the window graph's confidence output (log_confidence, or a 2.1 export's confidence and its log).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -98,6 +99,24 @@ struct GenerationConfig {
   bool operator==(const GenerationConfig& o) const;
 };
 
+// How a request's gen_length N reshapes the window (manifest "lengths", schema 2.6; seer_trt.contracts.config.WindowRule):
+// "whole" (one block of N), "cap" (blocks of min(size, N)) or "split" (count blocks of N / count); the steps keep the
+// defaults' steps per token, at least one. A manifest before 2.6 reads the rule model.loop_blocks and the defaults imply.
+struct WindowRule {
+  std::string blocks = "whole";
+  int64_t size = 0, count = 0;  // cap's largest block, split's number of blocks; 0 where the rule takes none
+  // {block_length, steps} of a window of n positions; config_error for a split count that does not divide n
+  std::pair<int64_t, int64_t> shape(int64_t n, const GenerationConfig& base) const;
+};
+
+// What the cost_model policy's calibration times (manifest "cost_calibration", schema 2.6;
+// seer_trt.contracts.config.CostCalibration): (rows, prompt, answer) shapes, each clipped to the buckets, and timed
+// steps per shape after one warm-up.
+struct CostCalibration {
+  std::vector<std::array<int64_t, 3>> shapes;
+  int64_t repeats = 5;
+};
+
 // The window graph's output the loop ranks, and whether it is already a log-probability: "log_confidence" (schema
 // 2.2), else a 2.1 export's "confidence", whose log the runtime takes (seer_trt.contracts.graphs.log_confidence).
 struct ConfidenceOutput {
@@ -148,7 +167,6 @@ struct WeightsInfo {
 struct Manifest {
   std::string schema_version;
   int64_t hidden_size = 0, vocab_size = 0;
-  int64_t loop_blocks = 0;  // model.loop_blocks: a request's gen_length N in that many blocks (MMaDA: 4); 0: none
   // model.logit_shift (schema 2.4): 1 when position i is predicted from hidden state i - 1 (Dream; in the graphs);
   // a cached step then computes each row's last prompt position (kv_cache.hpp)
   int64_t logit_shift = 0;
@@ -161,6 +179,8 @@ struct Manifest {
   std::map<std::string, GraphEntry> graphs;
   Buckets buckets;
   std::optional<WeightsInfo> weights;
+  WindowRule lengths;                 // how a request's gen_length shapes the window
+  CostCalibration cost_calibration;  // what the cost_model policy times
 
   static Manifest read(const std::string& folder);
   const GraphEntry& graph(const std::string& name) const;  // throws manifest_error naming the re-export

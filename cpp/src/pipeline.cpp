@@ -29,11 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// (rows, prompt, answer) of the timed calls: seer_trt.runtime.pipeline.SeerPipeline.CALIBRATION_SHAPES
-const int64_t CALIBRATION_SHAPES[][3] = {{1, 16, 4},   {1, 32, 16},  {1, 128, 32}, {1, 384, 64}, {1, 640, 128},
-                                         {4, 32, 8},   {4, 128, 32}, {8, 32, 8},   {16, 32, 16}, {16, 64, 32}};
-constexpr int CALIBRATION_REPEATS = 5;
-
 struct Prepared {
   size_t index;
   PromptEmbeds prompt;
@@ -84,19 +79,18 @@ GenerationConfig Pipeline::Impl::generation(const Request& r) const {
   }
   if (r.remasking) gen.remasking = *r.remasking;
   choose(gen, manifest);  // refuses a remasking the C++ runtime cannot rank by (decoding.hpp)
-  if (r.gen_length) {  // a new window keeps the default's shape: one block, blocks of at most the default's
-    const int64_t n = *r.gen_length;  // (LaViDa's min(128, N)) or k of them (MMaDA's N / 4), the steps per token
-    const int64_t k = manifest.loop_blocks;
-    if (k && !r.block_length && n % k)
-      throw input_error("gen_length " + std::to_string(n) + ": this model's loop splits the window into " +
-                        std::to_string(k) + " blocks; ask for a multiple of " + std::to_string(k) +
-                        ", or pass block_length");
+  if (r.gen_length) {  // a new window: the export's rule (manifest "lengths", WindowRule) shapes its blocks and steps
+    const int64_t n = *r.gen_length;
+    std::pair<int64_t, int64_t> shape;
+    try {
+      shape = manifest.lengths.shape(n, base);
+    } catch (const Error& err) {
+      if (!r.block_length) throw input_error(err.what());
+      shape = {*r.block_length, std::max<int64_t>(1, n * base.steps / base.gen_length)};
+    }
     gen.gen_length = n;
-    gen.block_length = r.block_length                          ? *r.block_length
-                       : k                                     ? n / k
-                       : base.block_length == base.gen_length ? n
-                                                               : std::min(base.block_length, n);
-    gen.steps = r.steps ? *r.steps : std::max<int64_t>(1, n * base.steps / base.gen_length);
+    gen.block_length = r.block_length ? *r.block_length : shape.first;
+    gen.steps = r.steps ? *r.steps : shape.second;
   } else {
     if (r.steps) gen.steps = *r.steps;
     if (r.block_length) gen.block_length = *r.block_length;
@@ -138,7 +132,7 @@ void Pipeline::Impl::calibrate_costs() {
   const size_t row_bytes = manifest.hidden_size * element_size(manifest.precision);
   const Buckets& bk = manifest.buckets;
   std::vector<std::array<int64_t, 3>> shapes;
-  for (const auto& s : CALIBRATION_SHAPES) {
+  for (const auto& s : manifest.cost_calibration.shapes) {
     std::array<int64_t, 3> c = {std::min(s[0], bk.batch.back()), std::max<int64_t>(1, std::min(s[1], bk.prompt.back())),
                                 std::min(s[2], bk.answer.back())};
     if (std::find(shapes.begin(), shapes.end(), c) == shapes.end()) shapes.push_back(c);
@@ -154,7 +148,7 @@ void Pipeline::Impl::calibrate_costs() {
     Schedule one_step{kept, std::vector<int64_t>(b, 1), 1, std::vector<int64_t>(b, 0), std::vector<int64_t>(b, g)};
     Layout layout = padded_layout(prompts, kept, p, g, row_bytes);
     double fastest = 1e300;
-    for (int k = 0; k <= CALIBRATION_REPEATS; ++k) {  // the first warms the session
+    for (int64_t k = 0; k <= manifest.cost_calibration.repeats; ++k) {  // the first warms the session
       const auto start = Clock::now();
       denoise(*backend, manifest, layout, one_step, rows, std::nullopt, LoopSettings{}, &clock, cache_spec);
       if (k) fastest = std::min(fastest, since(start));

@@ -39,6 +39,7 @@ from seer_export.onnx.export import Log, export_graph
 from seer_export.onnx.options import ExportError, ExportOptions
 from seer_export.onnx.shared_weights import SharedWeights
 from seer_export.onnx.source import TOKENIZER_FILES, Source, model_dims, open_source
+from seer_trt.contracts.config import CostCalibration, WindowRule
 from seer_trt.contracts.graphs import for_front_end, graph_precision, graph_specs
 from seer_trt.contracts.integrity import checksums
 from seer_trt.contracts.manifest import (
@@ -241,6 +242,10 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
             versions=versions(options.opset),
             parity=ParityReport(status="skipped", reference="", note="--no-validate"),
             weights=stored,
+            # written once here, read by both runtimes: how a request's gen_length shapes the window, and what the
+            # cost model's calibration times
+            lengths=WindowRule.of(source.config.generation, FAMILIES[source.config.family].loop_blocks),
+            cost_calibration=CostCalibration(),
         )
         if options.validate:
             from seer_export.onnx.parity import summary_table, validate

@@ -212,6 +212,97 @@ class GenerationConfig:
         return _from_dict(cls, data, "generation")
 
 
+BLOCK_RULES = ("whole", "cap", "split")
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowRule:
+    """How a request's ``gen_length`` N reshapes the export's window: written by seer-export from the model family,
+    applied by both runtimes (docs/DESIGN.md "Model families"). ``blocks``: "whole" (one block of N: LLaDA-V),
+    "cap" (blocks of min(``size``, N): LaViDa's 128) or "split" (``count`` blocks of N / count: MMaDA's 4). The steps
+    keep the defaults' steps per token (N x steps / gen_length, at least one)."""
+
+    blocks: Literal["whole", "cap", "split"] = "whole"
+    size: int | None = None  # cap: the largest block
+    count: int | None = None  # split: the number of blocks
+
+    def __post_init__(self) -> None:
+        want = {"whole": (), "cap": ("size",), "split": ("count",)}.get(self.blocks)
+        if want is None:
+            raise ConfigError(f"window rule blocks {self.blocks!r} is not one of {list(BLOCK_RULES)}")
+        for name in ("size", "count"):
+            value = getattr(self, name)
+            if (value is None) == (name in want):
+                raise ConfigError(f"window rule {self.blocks!r} " + (f"needs {name}" if value is None else
+                                  f"takes no {name}") + f", got {self.to_dict()}")  # fmt: skip
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                raise ConfigError(f"window rule {name} must be a whole number >= 1, got {value!r}")
+
+    @classmethod
+    def of(cls, gen: GenerationConfig, loop_blocks: int | None) -> WindowRule:
+        """The rule of a family that splits N into ``loop_blocks`` blocks (None: it keeps the defaults' shape, one
+        block or blocks of at most the default's); also how a manifest before schema 2.6 is read."""
+        if loop_blocks:
+            return cls("split", count=loop_blocks)
+        return cls() if gen.block_length == gen.gen_length else cls("cap", size=gen.block_length)
+
+    def shape(self, n: int, base: GenerationConfig) -> tuple[int, int]:
+        """(block_length, steps) of a window of ``n`` positions.
+
+        Raises:
+            ValueError: a split rule whose count does not divide ``n`` (the caller words it for its user).
+        """
+        if self.blocks == "split" and n % self.count:
+            raise ValueError(f"gen_length {n}: this model's loop splits the window into {self.count} blocks; ask for "
+                             f"a multiple of {self.count}, or pass block_length")  # fmt: skip
+        block = n // self.count if self.blocks == "split" else min(self.size, n) if self.blocks == "cap" else n
+        return block, max(1, n * base.steps // base.gen_length)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WindowRule:
+        return _from_dict(cls, data, "window rule")
+
+
+# (rows, prompt, answer) of the calls the cost model's calibration times: single rows from short to long prompts,
+# small and full batches of short rows, and one long sequence like a packed group, so the fit sees launch, per-slot
+# and attention costs. seer-export writes them into the manifest (``CostCalibration``); both runtimes read them there.
+CALIBRATION_SHAPES = ((1, 16, 4), (1, 32, 16), (1, 128, 32), (1, 384, 64), (1, 640, 128), (4, 32, 8),
+                      (4, 128, 32), (8, 32, 8), (16, 32, 16), (16, 64, 32))  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class CostCalibration:
+    """The ``cost_model`` dispatch policy's calibration (``seer_trt.runtime.costs``): the (rows, prompt, answer)
+    shapes it times, each clipped to the buckets, and the timed steps per shape after one warm-up (the fastest
+    counts)."""
+
+    shapes: tuple[tuple[int, int, int], ...] = CALIBRATION_SHAPES
+    repeats: int = 5
+
+    def __post_init__(self) -> None:
+        try:
+            shapes = tuple(tuple(int(v) for v in s) for s in self.shapes)
+        except (TypeError, ValueError):
+            raise ConfigError(f"calibration shapes must be [rows, prompt, answer] lists, got {self.shapes!r}") from None
+        if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+            raise ConfigError(f"calibration shapes must be one or more [rows, prompt, answer] of whole numbers "
+                              f">= 1, got {self.shapes!r}")  # fmt: skip
+        r = self.repeats
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 1:
+            raise ConfigError(f"calibration repeats must be a whole number >= 1, got {r!r}")
+        object.__setattr__(self, "shapes", shapes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shapes": [list(s) for s in self.shapes], "repeats": self.repeats}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CostCalibration:
+        return _from_dict(cls, data, "cost calibration")
+
+
 @dataclasses.dataclass(frozen=True)
 class SeerConfig:
     """Which step-zero signal predicts the answer end, and the detector that turns it into L* (docs/DESIGN.md "Seer, exactly").

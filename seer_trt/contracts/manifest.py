@@ -28,6 +28,10 @@ then computes each row's last prompt position), the vision encoder may be "none"
 defaults may name Dream's ``schedule`` and its ``topk_margin`` / ``entropy`` remasking; absent: 0, "even".
 2.5: the Seer calibration records its end tail (``tail``: the share of the cut-away positions kept after the window as
 committed end tokens; ``tail_token``: "eot" or "endoftext"); absent: 0 (the paper's cut), "eot".
+2.6: how a request's gen_length reshapes the window (``lengths``, ``WindowRule``) and the shapes the cost model's
+calibration times (``cost_calibration``), written once by seer-export and read by both runtimes; absent: the rule
+``model.loop_blocks`` and the generation defaults imply (``WindowRule.of``), ``CALIBRATION_SHAPES``. ``loop_blocks``
+is still written, for 2.5 readers.
 """
 
 from __future__ import annotations
@@ -38,13 +42,13 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from seer_trt.contracts.config import GenerationConfig, SeerConfig, SpecialTokens
+from seer_trt.contracts.config import CostCalibration, GenerationConfig, SeerConfig, SpecialTokens, WindowRule
 from seer_trt.contracts.confined import MAX_INDEX_BYTES, MAX_MANIFEST_BYTES, inside, read_bounded
 from seer_trt.contracts.errors import ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec, TensorSpec
 from seer_trt.contracts.profiles import LengthBuckets, Profile
 
-SCHEMA_VERSION = "2.5"
+SCHEMA_VERSION = "2.6"
 MANIFEST_FILE = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # tokenizer.json + tokenizer_config.json (chat template), relative to the manifest
 WEIGHTS_INDEX = "weights.json"  # name -> where in the shared weights file, one line per tensor
@@ -368,6 +372,13 @@ class Manifest:
     engines: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # backend -> graph -> file
     builds: dict[str, EngineBuild] = dataclasses.field(default_factory=dict)  # builder -> what seer-build built
     checksums: dict[str, str] = dataclasses.field(default_factory=dict)  # file the graphs read -> its sha256
+    # how a request's gen_length reshapes the window; None: what model.loop_blocks and the defaults imply
+    lengths: WindowRule | None = None
+    cost_calibration: CostCalibration = CostCalibration()  # what the cost_model policy times
+
+    def __post_init__(self) -> None:
+        if self.lengths is None:
+            object.__setattr__(self, "lengths", WindowRule.of(self.generation, self.model.loop_blocks))
 
     def graph(self, name: str) -> GraphEntry:
         """The entry of graph ``name``.
@@ -404,6 +415,8 @@ class Manifest:
             "engines": {k: dict(v) for k, v in self.engines.items()},
             "builds": {k: b.to_dict() for k, b in self.builds.items()},
             "checksums": dict(self.checksums),
+            "lengths": self.lengths.to_dict(),
+            "cost_calibration": self.cost_calibration.to_dict(),
         }
 
     @classmethod
@@ -443,6 +456,12 @@ class Manifest:
                     f"{where}: checksums is not an object of file -> sha256; re-export with seer-export"
                 )
             kw["checksums"] = {str(k): v for k, v in sums.items()}
+            if kw.get("lengths") is not None:  # absent before 2.6: __post_init__ derives it
+                kw["lengths"] = WindowRule.from_dict(_take(kw["lengths"], WindowRule, "manifest lengths", lenient))
+            if "cost_calibration" in kw:
+                kw["cost_calibration"] = CostCalibration.from_dict(
+                    _take(kw["cost_calibration"], CostCalibration, "manifest cost_calibration", lenient)
+                )
         except ManifestError:
             raise
         except SeerError as err:  # a config value out of range: name the file

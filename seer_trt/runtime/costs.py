@@ -11,11 +11,11 @@ when a call's plan first needs it, before that call executes; never inside a req
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 import numpy as np
 
 from seer_trt.contracts.backend import Backend
+from seer_trt.contracts.config import CostCalibration
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.profiles import LengthBuckets
 from seer_trt.runtime.decoding import Greedy
@@ -24,28 +24,24 @@ from seer_trt.runtime.dispatch import CostModel
 from seer_trt.runtime.layout import padded_layout
 from seer_trt.runtime.schedule import Schedule
 
-# (rows, prompt, answer) of the timed calls: single rows from short to long prompts, small and full batches of
-# short rows, and one long sequence like a packed group, so the fit sees launch, per-slot and attention costs.
-CALIBRATION_SHAPES = ((1, 16, 4), (1, 32, 16), (1, 128, 32), (1, 384, 64), (1, 640, 128), (4, 32, 8),
-                      (4, 128, 32), (8, 32, 8), (16, 32, 16), (16, 64, 32))  # fmt: skip
-
 
 def calibrate(backend: Backend, manifest: Manifest, buckets: LengthBuckets,
-              shapes: Sequence[tuple[int, int, int]] = CALIBRATION_SHAPES, repeats: int = 5) -> CostModel:  # fmt: skip
-    """Time one denoising step (the loop's host work and the graph call) at ``shapes`` and fit ``CostModel``.
-    About two seconds on a 2-core CPU with the fixture.
+              plan: CostCalibration | None = None) -> CostModel:  # fmt: skip
+    """Time one denoising step (the loop's host work and the graph call) at the calibration's shapes and fit
+    ``CostModel``. About two seconds on a 2-core CPU with the fixture.
 
     Args:
-        shapes: (rows, prompt length, answer length) of the timed calls, clipped to the buckets and to the
-            backend's largest shape (engine profiles).
-        repeats: timed steps per shape after one warm-up; the fastest is the shape's time (other load on the
-            machine only ever adds time, so the minimum is the least disturbed estimate).
+        plan: the (rows, prompt length, answer length) shapes of the timed calls, clipped to the buckets and to the
+            backend's largest shape (engine profiles), and the timed steps per shape after one warm-up, of which
+            the fastest is the shape's time (other load on the machine only ever adds time, so the minimum is the
+            least disturbed estimate); None: the manifest's (``cost_calibration``, as the C++ runtime reads it).
     """
+    plan = plan or manifest.cost_calibration
     dim = manifest.model.hidden_size
     mask = manifest.special_tokens.mask_id
     limits = backend.max_shape("denoise") or {}
     fitting = []
-    for b, p, g in shapes:
+    for b, p, g in plan.shapes:
         b, p, g = min(b, buckets.batch[-1]), min(p, buckets.prompt[-1]), min(g, buckets.answer[-1])
         p = max(1, min(p, limits.get("prompt", p), limits.get("seq", p + g) - g))
         fitting.append((b, p, g))
@@ -56,7 +52,7 @@ def calibrate(backend: Backend, manifest: Manifest, buckets: LengthBuckets,
         layout = padded_layout(prompts, kept, p, g)
         one_step = Schedule(kept, np.ones(b, np.int64), np.zeros((b, 1), np.int64), np.full((b, 1), g))
         times = []
-        for _ in range(repeats + 1):  # the first binds buffers and warms the session
+        for _ in range(plan.repeats + 1):  # the first binds buffers and warms the session
             start = time.perf_counter()
             denoise(backend, layout, one_step, Greedy(), mask)
             times.append(time.perf_counter() - start)

@@ -31,7 +31,7 @@ import numpy as np
 
 from seer_trt.backends import open_backend
 from seer_trt.contracts.backend import Backend
-from seer_trt.contracts.config import GenerationConfig, SeerConfig
+from seer_trt.contracts.config import CostCalibration, GenerationConfig, SeerConfig
 from seer_trt.contracts.errors import ConfigError, InputError, ManifestError, SeerError, describe
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache, check_dispatch
@@ -225,17 +225,16 @@ class SeerPipeline:
         if unknown:
             raise InputError(f"unknown generation setting(s) {unknown}; expected {list(GENERATION_FIELDS)}")
         check_settings(**changes)
-        if "gen_length" in changes:  # a new window keeps the default's shape: one block, blocks of at most the
-            n = changes[
-                "gen_length"
-            ]  # default's (LaViDa's min(128, N)) or k of them (MMaDA's N / 4), the steps per token
-            k = self.manifest.model.loop_blocks
-            if k and "block_length" not in changes and n % k:
-                raise InputError(f"gen_length {n}: this model's loop splits the window into {k} blocks; ask for a "
-                                 f"multiple of {k}, or pass block_length")  # fmt: skip
-            one = base.block_length == base.gen_length
-            changes.setdefault("block_length", n // k if k else n if one else min(base.block_length, n))
-            changes.setdefault("steps", max(1, n * base.steps // base.gen_length))
+        if "gen_length" in changes:  # a new window: the export's rule (manifest "lengths") shapes its blocks, steps
+            n = changes["gen_length"]
+            try:
+                block, steps = self.manifest.lengths.shape(n, base)
+            except ValueError as err:
+                if "block_length" not in changes:
+                    raise InputError(str(err)) from None
+                block, steps = changes["block_length"], max(1, n * base.steps // base.gen_length)
+            changes.setdefault("block_length", block)
+            changes.setdefault("steps", steps)
         try:
             gen = dataclasses.replace(base, **changes)
         except (ValueError, TypeError) as err:
@@ -369,10 +368,10 @@ class SeerPipeline:
         needs_costs = policy == "cost_model" and any(len(g.rows) > 1 for g in groups)
         return Plan(len(items), groups, failed, policy, needs_costs)
 
-    def calibrate_costs(self, shapes: Sequence[tuple[int, int, int]] = costs.CALIBRATION_SHAPES,
-                        repeats: int = 5) -> CostModel:  # fmt: skip
-        """Measure the backend's step costs for the ``cost_model`` policy (``seer_trt.runtime.costs``)."""
-        self.cost = costs.calibrate(self.backend, self.manifest, self.buckets, shapes, repeats)
+    def calibrate_costs(self, plan: CostCalibration | None = None) -> CostModel:
+        """Measure the backend's step costs for the ``cost_model`` policy (``seer_trt.runtime.costs``) at ``plan``'s
+        shapes (None: the manifest's ``cost_calibration``)."""
+        self.cost = costs.calibrate(self.backend, self.manifest, self.buckets, plan)
         return self.cost
 
     # --- execute --------------------------------------------------------------------------------------------
