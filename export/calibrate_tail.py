@@ -32,11 +32,12 @@ def cut_accuracy(
     from seer_export.reference.sampler import generate
     from seer_export.reference.seer import seer_generate
     from seer_trt.eval.paired import paired
+    from seer_trt.runtime.decoding import Rule
 
-    base = model.config.generation
+    base, fixed = model.config.generation, Rule.parse(rule).fixed
     gen = dataclasses.replace(base, gen_length=n, steps=n, block_length=n, decoding=rule,
-                              remasking=base.remasking if rule == "fixed" else "low_confidence")  # fmt: skip
-    early = rule != "fixed"
+                              remasking=base.remasking if fixed else "low_confidence")  # fmt: skip
+    early = not fixed
     special = enc.special
     truth = [enc.answer_ids(s)[:-1] for s in samples]
     hits: dict[str, list[bool]] = {"uncut": [], **{f"tail {t:g}": [] for t in tails}}

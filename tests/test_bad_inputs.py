@@ -700,6 +700,16 @@ def test_export_side_commands_name_the_extra_in_one_line(request, tmp_path, modu
     assert not list(tmp_path.iterdir())  # refused before any work (a hang is the timeout's)
 
 
+@pytest.mark.parametrize("rule", ["fixed", " fixed "])
+def test_seer_bench_refuses_the_fixed_rule_as_its_parallel_rule(tmp_path, rule):
+    """--decoding names the parallel-decoding scenario's rule: the fixed loop is its baseline, so an explicit fixed
+    rule, however spelled, is one clear error before any work (the export's own fixed default becomes factor:1)."""
+    from seer_export.bench.cli import main as bench_main
+
+    rc, _, err = cli(bench_main, ["--engines", str(tmp_path / "none"), "--decoding", rule])
+    assert rc == 2 and "needs a parallel rule" in one_line(err), err
+
+
 def test_describe_drops_object_reprs():
     err = OSError("cannot identify image file <_io.BytesIO object at 0x7f3a2c1d9e50>")
     assert describe(err) == "cannot identify image file <object>"

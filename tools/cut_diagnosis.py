@@ -48,6 +48,7 @@ from seer_trt.contracts.config import GenerationConfig
 from seer_trt.eval.paired import paired
 from seer_trt.eval.tasks import make_samples
 from seer_trt.runtime.boundary import detect
+from seer_trt.runtime.decoding import Rule
 
 RULES = {"fixed": ("fixed", False), "factor:1": ("factor:1", True)}  # rule -> (decoding, LLaDA-V's early stop)
 
@@ -56,7 +57,7 @@ def variants(rule: str, tails: list[int], family_pad: str) -> list[dict]:
     """The factor grid of one rule: label, cut source (None: no cut), extra margin, tail, tail token, budget."""
     out = [dict(label="full", cut=None), dict(label="oracle", cut="oracle")]
     out += [dict(label=f"oracle+{m}", cut="oracle", margin=m) for m in (1, 3)]
-    if rule == "fixed":
+    if Rule.parse(rule).fixed:
         out += [dict(label="oracle budget N/2", cut="oracle", steps="half")]
     out += [dict(label=f"oracle tail {t} {family_pad}", cut="oracle", tail=t, token=family_pad) for t in tails]
     out += [dict(label="oracle tail rest mask", cut="oracle", tail=REST, token="mask")]
@@ -129,7 +130,7 @@ def run(model, enc, samples, n: int, rule: str, tails: list[int], batch: int, on
         zero = step_zero(model, prefix, valid, n, special, layers, seer.tau_abs, full_depth=seer.full_depth,
                          residual=seer.signal == "probe")  # fmt: skip
         seer_cut = detect(zero.profile(seer), seer)
-        if rule == "fixed" and start == 0:
+        if Rule.parse(rule).fixed and start == 0:
             context.append(context_at_answer(model, prefix, valid, gen, special, t_len))
         for v in grid:
             cut = v.get("cut")

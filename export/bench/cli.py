@@ -102,10 +102,13 @@ def work(args: argparse.Namespace, command: str) -> int:
     from seer_trt.contracts.config import canonical_decoding
     from seer_trt.contracts.manifest import Manifest
     from seer_trt.eval.report import write_json
+    from seer_trt.runtime.decoding import Rule
 
     rule = args.decoding or Manifest.read(args.engines).generation.decoding
-    rule = canonical_decoding("factor:1" if rule == "fixed" else rule)
-    if rule == "fixed":
+    if Rule.parse(rule).fixed and not args.decoding:  # the export's fixed default: the scenario's factor:1
+        rule = "factor:1"
+    rule = canonical_decoding(rule)
+    if Rule.parse(rule).fixed:
         raise ConfigError("--decoding fixed: the parallel-decoding scenario needs a parallel rule (threshold:TAU, "
                           "factor:F); the fixed loop is its baseline already")  # fmt: skip
     quick = Settings.quick(args.threads, rule) if args.quick else None

@@ -50,6 +50,7 @@ from seer_trt.contracts.policies import DEFAULT_POLICY, POLICIES
 from seer_trt.eval.accuracy import fixture_samples, oracle_window, truth_ids
 from seer_trt.eval.report import git_sha, save_figure
 from seer_trt.eval.tasks import WORDS, Sample
+from seer_trt.runtime.decoding import Rule
 from seer_trt.runtime.kv_cache import no_cache
 from seer_trt.runtime.layout import window_layout
 from seer_trt.runtime.pipeline import SeerPipeline
@@ -191,7 +192,7 @@ def parallel_modes(rule: str) -> dict[str, dict[str, Any]]:
         "seer_parallel": {"seer": True, "early_stop": True, "decoding": rule, "cache": "none"},
         "seer_parallel_cache": {"seer": True, "early_stop": True, "decoding": rule, "cache": "reuse"},
     }
-    return {m: {**f, "remasking": "low_confidence"} if f["decoding"] != "fixed" else f for m, f in modes.items()}
+    return {m: f if Rule.parse(f["decoding"]).fixed else {**f, "remasking": "low_confidence"} for m, f in modes.items()}
 
 
 def parallel(pipe: SeerPipeline, settings: Settings, seed: int, progress: Progress) -> dict[str, Any]:
