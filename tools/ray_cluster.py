@@ -36,6 +36,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from seer_trt.eval.report import print_report
+
 HEAD_PORT, HTTP_PORT = 6390, 8590
 METRICS_PORTS = (8591, 8592)  # each node's Ray metrics agent (Prometheus text): the replicas' own request counters
 TRY_TIMEOUT_S, TRIES = 60.0, 5
@@ -342,10 +344,7 @@ def main() -> int:
         if serving is not None and serving.poll() is None:
             serving.kill()
         subprocess.run(["ray", "stop", "--force"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    print_report(report, args.json)
     return 0
 
 

@@ -23,6 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from seer_trt.eval.report import print_report
+
 PROMPTS = ("count to 3 .", "count to 4 .", "count to 5 .", "count to 2 .")
 
 
@@ -104,10 +106,7 @@ def main() -> int:
     ratios = sorted(r["ratio_of_max"] for r in report["rounds"])
     report["ratio_of_max_median"] = statistics.median(ratios)
     report["ratio_of_max_range"] = [ratios[0], ratios[-1]]
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    print_report(report, args.json)
     return 0
 
 

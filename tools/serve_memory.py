@@ -26,6 +26,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from seer_trt.eval.report import print_report
+
 
 def rss_mb(pid: int) -> float:
     return int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1)) / 1024
@@ -142,10 +144,7 @@ def main() -> int:
         server.wait(60)
     with open("/proc/loadavg") as f:
         report["loadavg"] = f.read().split()[:3]
-    out = json.dumps(report, indent=1)
-    print(out)
-    if args.json:
-        args.json.write_text(out + "\n")
+    print_report(report, args.json)
     return 0
 
 

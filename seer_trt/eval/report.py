@@ -16,6 +16,13 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     write_file(path, lambda f: f.write(text.encode("utf-8")))
 
 
+def print_report(data: dict[str, Any], path: Path | None) -> None:
+    """A tool's report: printed as indented JSON, and written to ``path`` where given (``write_json``)."""
+    print(json.dumps(data, indent=2), flush=True)
+    if path is not None:
+        write_json(path, data)
+
+
 def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
     """A matplotlib figure as a PNG at ``path`` (folder made), never half-written (``write_file``); the figure is
     closed."""
