@@ -313,3 +313,47 @@ def test_a_checked_request_is_submitted_as_checked(pipe):
         engine.check(Request("count to 3 .", decoding="sometimes"))
     assert engine.depth == 0
     engine.close()
+
+
+def test_an_engine_run_by_hand_calls_every_graph_on_the_callers_thread(pipe, monkeypatch):
+    """``prepare_threads=0`` and ``run_until``: how Triton's orchestrator runs the engine inside ``execute``, the
+    only thread its BLS graph calls may come from. Every graph call (embeddings, step zero, the loop) is made on the
+    caller's thread, and the answers are the engine's (equal to each request alone, up to float rounding); a step that
+    fails answers its rows with an internal failure naming the cause, and the engine then answers the next call."""
+    requests = mixed(6, seed=5)
+    alone = [pipe.generate([r])[0] for r in requests]
+    threads: set[str] = set()
+    run = pipe.backend.run
+    monkeypatch.setattr(
+        pipe.backend, "run", lambda *a, **k: threads.add(threading.current_thread().name) or run(*a, **k)
+    )
+    engine = Engine(pipe, max_queue=0, prepare_threads=0)
+    tickets = [engine.submit(r) for r in requests]
+    engine.run_until(tickets)
+    got = [t.result(0) for t in tickets]
+    assert threads == {threading.current_thread().name} and engine._pool is None
+    assert all(g.ok for g in got) and len(differing(alone, got)) <= 1, differing(alone, got)
+
+    def broken(graph, *a, **k):
+        if graph == "denoise":
+            raise RuntimeError("the denoise component is gone")
+        return run(graph, *a, **k)
+
+    monkeypatch.setattr(pipe.backend, "run", broken)
+    failing = [engine.submit(Request("count to 5 .", seer=False, cache="none")) for _ in range(2)]
+    engine.run_until(failing)
+    for t in failing:
+        assert (t.result(0).error, t.result(0).error_kind) == (
+            "RuntimeError: the denoise component is gone",
+            "internal",
+        )
+    monkeypatch.setattr(pipe.backend, "run", run)
+    again = engine.submit(Request("count to 3 .", cache="none"))
+    engine.run_until([again])
+    assert again.result(0).text.startswith("1 2 3")
+    started = Engine(pipe).start()
+    try:
+        with pytest.raises(RuntimeError, match="steps an engine by hand"):
+            started.run_until([])
+    finally:
+        started.close()

@@ -353,29 +353,49 @@ def test_read_request_measures_prompt_and_image_bytes_before_decoding():
 
 
 class FakePipeline:
-    """``Model.execute``'s view of ``SeerPipeline``: its limits and ``generate``, answering by prompt."""
+    """``Model.execute``'s view of ``SeerPipeline``: its limits."""
 
     def __init__(self) -> None:
         self.prompts = types.SimpleNamespace(max_chars=10)
         self.image_limits = types.SimpleNamespace(bytes=100)
 
-    def generate(self, requests: list) -> list:
+
+class FakeEngine:
+    """``Model.answer``'s view of ``Engine``, answering by prompt: a request fails alone ("bad", "broken"), or the
+    step fails for every row it holds ("crash"), as ``Engine._guarded_step`` answers them."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def submit(self, request):
+        from concurrent.futures import Future
+
+        return types.SimpleNamespace(request=request, future=Future())
+
+    def run_until(self, tickets) -> None:
+        from seer_trt.runtime.engine import why
         from seer_trt.runtime.request import Result
 
-        if any(r.prompt == "crash" for r in requests):
-            raise RuntimeError("the denoise component is gone")
-        return [Result.failed("bad gen_length", "input") if r.prompt == "bad"
-                else Result.failed("a component failed", "internal") if r.prompt == "broken"
-                else Result("ok", (1,), (1,), 1, 1, 1, {}) for r in requests]  # fmt: skip
+        prompts = [t.request.prompt for t in tickets]
+        self.batches.append(prompts)
+        for t, p in zip(tickets, prompts, strict=True):
+            t.future.set_result(Result.failed(why(RuntimeError("the denoise component is gone")), "internal")
+                                if "crash" in prompts
+                                else Result.failed("bad gen_length", "input") if p == "bad"
+                                else Result.failed("a component failed", "internal") if p == "broken"
+                                else Result("ok", (1,), (1,), 1, 1, 1, {}))  # fmt: skip
 
 
 def test_client_errors_answer_invalid_arg_and_other_failures_internal():
     from seer_trt.serving.triton.orchestrator import Model
 
     model = Model.__new__(Model)  # what Model.__init__ builds inside the server, without the server
-    model.pb, model.pipeline = wire_pb(), FakePipeline()
+    model.pb, model.pipeline, model.engine = wire_pb(), FakePipeline(), FakeEngine()
     prompts = [b"ok", b"\xff", b"a" * 41, 7, b"bad", b"broken", b"crash", b"ok"]
     responses = model.execute([wire_request(p) for p in prompts])
+    # one batch of the readable rows; "crash" failed that step for all of them, so each runs again alone
+    assert model.engine.batches == [["ok", "bad", "broken", "crash", "ok"], ["ok"], ["bad"], ["broken"], ["crash"],
+                                    ["ok"]]  # fmt: skip
     codes = [r.error.code if r.error else None for r in responses]
     assert codes == [None, "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INTERNAL", "INTERNAL", None]
     assert "not UTF-8" in responses[1].error.text and "41 bytes, more than the 40" in responses[2].error.text

@@ -32,7 +32,7 @@ import dataclasses
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from typing import Protocol
@@ -151,14 +151,15 @@ class Engine:
             max_queue: requests waiting for admission at most; ``submit`` raises ``QueueFull`` past it.
             policy: the dispatch policy of each admitted group (default: the pipeline's).
             prepare_threads: threads that prepare requests (template, tokenizer, image decode, embeddings) beside
-                the engine thread, so a large image delays no step.
+                the engine thread, so a large image delays no step; 0: each is prepared on the stepping thread when
+                it is admitted (a host whose graph calls must stay on one thread: Triton's BLS, ``run_until``).
         """
         self.pipe = pipe
         self.max_rows = max_rows or 4 * pipe.buckets.batch[-1]
         self.policy = policy or pipe.policy
         self.queue: queue.Queue[Ticket] = queue.Queue(max_queue)
         self.cohorts: list[Cohort] = []
-        self._pool = ThreadPoolExecutor(max(1, prepare_threads), thread_name_prefix="seer-prepare")
+        self._pool = ThreadPoolExecutor(prepare_threads, thread_name_prefix="seer-prepare") if prepare_threads else None
         self._preparing: list[tuple[Ticket, Future]] = []  # in submission order
         self.steps = 0  # engine steps run
         self.rows_per_step: list[int] = []  # live rows of each step (a bounded window for metrics)
@@ -197,6 +198,14 @@ class Engine:
 
     def generate(self, request: Request, timeout_s: float | None = None) -> Result:
         return self.submit(request, timeout_s=timeout_s).result()
+
+    def run_until(self, tickets: Sequence[Ticket]) -> None:
+        """Step an engine that was never started, on the caller's thread, until every one of ``tickets`` is
+        answered (a host that owns the thread its graphs are called on: Triton's orchestrator in ``execute``)."""
+        if self._thread is not None:
+            raise RuntimeError("run_until steps an engine by hand; this one runs its own loop (start)")
+        while not all(t.future.done() for t in tickets):
+            self._guarded_step()
 
     @property
     def limits(self) -> Limits:
@@ -246,7 +255,8 @@ class Engine:
         for ticket in self.rows:
             _fail(ticket, Cancelled("the server is shutting down"))
         self.cohorts, self._preparing = [], []
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         while not self.queue.empty():
             _fail(self.queue.get_nowait(), Cancelled("the server is shutting down"))
 
@@ -259,12 +269,16 @@ class Engine:
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
-            try:
-                self.step()
-            except Exception as err:  # noqa: BLE001 - a failed step fails its rows, never the loop
-                for ticket in self.rows:
-                    _fail(ticket, SeerError(f"the step failed ({type(err).__name__}: {describe(err)})"))
-                self.cohorts = []
+            self._guarded_step()
+
+    def _guarded_step(self) -> None:
+        try:
+            self.step()
+        except Exception as err:  # noqa: BLE001 - a failed step fails its rows, never the loop
+            for ticket in self.rows:  # each answered with an internal failure (a 500), as at admission
+                if not ticket.future.done():
+                    ticket.future.set_result(Result.failed(why(err), "internal"))
+            self.cohorts = []
 
     def step(self) -> None:
         """One step boundary: admit, one step of every cohort's live rows, retire the finished ones."""
@@ -312,7 +326,7 @@ class Engine:
             elif ticket.deadline is not None and time.monotonic() > ticket.deadline:
                 _fail(ticket, DeadlineExceeded("the request waited past its deadline"))
             else:
-                future = self._pool.submit(self.pipe.prepare_one, ticket.checked or ticket.request)
+                future = self._prepare(ticket.checked or ticket.request)
                 future.add_done_callback(lambda _: self._wake.set())
                 ticket.preparation = future
                 if ticket.cancelled.is_set():  # cancelled between the check above and now
@@ -339,7 +353,7 @@ class Engine:
         except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
             for ticket in tickets:
                 if not ticket.future.done():
-                    ticket.future.set_result(Result.failed(f"{type(err).__name__}: {describe(err)}", "internal"))
+                    ticket.future.set_result(Result.failed(why(err), "internal"))
             return
         for i, (error, kind) in plan.failed.items():
             tickets[i].future.set_result(Result.failed(error, kind))
@@ -349,10 +363,21 @@ class Engine:
                 run = self.pipe.start_group(group, plan.policy)
             except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
                 for ticket in members:
-                    ticket.future.set_result(Result.failed(f"{type(err).__name__}: {describe(err)}", "internal"))
+                    ticket.future.set_result(Result.failed(why(err), "internal"))
                 continue
             self.cohorts.append(Cohort(run, members, group.prepare_s, [0] * len(members),
                                        np.zeros(len(members), dtype=bool)))  # fmt: skip
+
+    def _prepare(self, request: Request | Checked) -> Future:
+        """``prepare_one`` in the pool, or here and now without one (``prepare_threads=0``)."""
+        if self._pool is not None:
+            return self._pool.submit(self.pipe.prepare_one, request)
+        done: Future = Future()
+        try:
+            done.set_result(self.pipe.prepare_one(request))
+        except Exception as err:  # noqa: BLE001 - handed on as the pool's future would
+            done.set_exception(err)
+        return done
 
     def _emit(self, cohort: Cohort, i: int) -> None:
         """Pass on the answer ids that became final: those before the first position still masked."""
@@ -380,6 +405,12 @@ class Engine:
         (result,) = self.pipe.results(cohort.run, np.array([i]))
         seconds = {"preprocess": cohort.prepare_s[i], "queued_and_denoised": time.monotonic() - ticket.submitted}
         ticket.future.set_result(dataclasses.replace(result, seconds=seconds))
+
+
+def why(err: BaseException) -> str:
+    """A failure in one line for its client: our own errors as they are (they name the graph or input), anything
+    else named by its type; no object reprs."""
+    return describe(err) if isinstance(err, SeerError) else f"{type(err).__name__}: {describe(err)}"
 
 
 def _fail(ticket: Ticket, error: SeerError) -> None:

@@ -6,11 +6,12 @@ Out: one response per request with RESPONSE_OUTPUTS, or an error response naming
      error (its own input was bad) with Triton's INVALID_ARG code (gRPC INVALID_ARGUMENT, HTTP 400), any other
      failure with INTERNAL (gRPC INTERNAL, HTTP 500).
 
-    execute(requests) ─► Request per row ─► SeerPipeline.generate (the one Seer loop, seer_trt.runtime.pipeline)
-                         ─► BlsBackend.run(graph, feeds) ─► InferenceRequest(component model).exec()
+    execute(requests) ─► Request per row ─► Engine.submit, Engine.run_until (the one engine seer-serve runs,
+                         seer_trt.runtime.engine) ─► BlsBackend.run(graph, feeds) ─► InferenceRequest(component).exec()
 
-Every request of one ``execute`` call (Triton's dynamic batcher gathers them) goes into one ``generate`` call, so
-the pipeline batches step zero and routes the truncated windows exactly as ``seer-run`` does for a JSONL file.
+Every request of one ``execute`` call (Triton's dynamic batcher gathers them) is submitted to the model instance's
+engine, which ``execute`` then steps on its own thread until all are answered (Triton allows BLS calls only there):
+the rows are admitted together, step zero batched and the truncated windows routed as seer-serve's engine does.
 A request may carry several rows (a leading batch axis); its answers come back in the same order. A row's prompt
 and image are measured in bytes before anything decodes them (``ByteLimits``), so an oversized one costs the server
 no more than receiving it.
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from seer_trt.backends.base import axis_sizes, selected
-from seer_trt.contracts.errors import InputError, ManifestError, SeerError, describe
+from seer_trt.contracts.errors import InputError, ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import CacheConfig
@@ -147,6 +148,7 @@ class Model:
     def __init__(self, args: dict[str, Any], config: dict[str, Any]) -> None:
         import triton_python_backend_utils as pb
 
+        from seer_trt.runtime.engine import Engine
         from seer_trt.runtime.pipeline import SeerPipeline
 
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
@@ -156,6 +158,8 @@ class Model:
         self.pb = pb
         cache = CacheConfig.from_dict(json.loads(params.get("cache", "{}")))  # a repository before 2.1: none
         self.pipeline = SeerPipeline(folder, manifest, backend, policy=params["policy"], cache=cache)
+        # stepped by hand in execute, every request prepared there too: no graph call leaves execute's thread
+        self.engine = Engine(self.pipeline, max_queue=0, prepare_threads=0)  # max_queue 0: execute's batch, unbounded
 
     def execute(self, requests: list) -> list:
         from seer_trt.runtime.request import Result
@@ -186,32 +190,36 @@ class Model:
         return responses
 
     def answer(self, flat: list) -> list:
-        """One ``Result`` per pipeline request. The batch runs together; if it fails as a whole (a component
-        failed on a shape one request brought), each request runs alone, so only the ones that fail get an error."""
+        """One ``Result`` per pipeline request, through the engine. The batch runs together; a request that failed
+        in it for an internal reason (a component failed on a shape one request brought, which fails every row of
+        that step) runs again alone, so only the ones that fail alone keep an error."""
+        results = self.run(flat)
+        if len(flat) > 1:
+            for i, r in enumerate(results):
+                if not r.ok and r.error_kind == "internal":
+                    results[i] = self.run([flat[i]])[0]
+        return results
+
+    def run(self, requests: list) -> list:
+        """Each request's ``Result`` from the engine, stepped here (``Engine.run_until``)."""
         from seer_trt.runtime.request import Result
 
-        if not flat:
-            return []
-        try:
-            return self.pipeline.generate(flat)
-        except Exception as err:  # noqa: BLE001 - which request caused it is found below
-            if len(flat) == 1:
-                return [Result.failed(message(err), error_kind(err))]
-        out = []
-        for request in flat:
-            try:
-                out.append(self.pipeline.generate([request])[0])
-            except Exception as err:  # noqa: BLE001 - this request's failure, and only its
-                out.append(Result.failed(message(err), error_kind(err)))
-        return out
+        tickets = [self.engine.submit(r) for r in requests]
+        self.engine.run_until(tickets)
+        return [Result.failed(message(e), error_kind(e)) if (e := t.future.exception()) else t.future.result()
+                for t in tickets]  # fmt: skip
 
     def finalize(self) -> None:
+        self.engine.close()
         self.pipeline.close()
 
 
 def message(err: BaseException) -> str:
-    """A client's one-line error: our own errors as they are, anything else named by type, no object reprs."""
-    return describe(err) if isinstance(err, SeerError) else f"{type(err).__name__}: {describe(err)}"
+    """A client's one-line error: our own errors as they are, anything else named by type, no object reprs (as the
+    engine words a failure: ``seer_trt.runtime.engine.why``)."""
+    from seer_trt.runtime.engine import why
+
+    return why(err)
 
 
 def error_kind(err: BaseException) -> str:
