@@ -150,7 +150,7 @@ def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
     import onnxruntime
 
     from seer_trt.contracts.integrity import checksums, verify
-    from seer_trt.contracts.manifest import MANIFEST_FILE, Manifest
+    from seer_trt.contracts.manifest import MANIFEST_FILE, SCHEMA_VERSION, Manifest
     from seer_trt.contracts.outfolder import check_target, export_files, is_export, replace_folder
 
     start = time.perf_counter()
@@ -204,7 +204,10 @@ def run_quantize(options: QuantizeOptions, log: Callable[[str], None]) -> Path:
             entries[g] = dataclasses.replace(entry, external_data=data, size_bytes=size, quantization=record)
             stage(f"{g}: {entry.size_bytes / 2**20:.1f} MiB of weights -> {size / 2**20:.1f} MiB ({options.scheme})")
         # the plans of the source are fp32/fp16 engines of other graphs: none is copied
-        quantized = dataclasses.replace(manifest, graphs=entries, engines={}, builds={}, checksums={})
+        # written by this version, so it says this version's schema (a 2.5 source gains 2.6's window rule and
+        # calibration, read from what its own manifest implies)
+        quantized = dataclasses.replace(manifest, schema_version=SCHEMA_VERSION, graphs=entries, engines={}, builds={},
+                                        checksums={})  # fmt: skip
         quantized = dataclasses.replace(quantized, checksums=checksums(staging, quantized))
         quantized.write(staging)
         agreement = check(src, staging, options.check, stage)

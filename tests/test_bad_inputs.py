@@ -356,8 +356,7 @@ def orchestrator(folder: Path, pb: FakePb, manifest: Manifest | None = None, pla
     manifest = manifest or Manifest.read(folder)
     components = {g: f"seer_{g}" for g in manifest.graphs}
     model = Model.__new__(Model)  # what Model.__init__ builds inside the server, without the server
-    model.pb = pb
-    model.pipeline = SeerPipeline(folder, manifest, BlsBackend(pb, manifest, components, plans))
+    model.serve(pb, SeerPipeline(folder, manifest, BlsBackend(pb, manifest, components, plans)))
     return model
 
 

@@ -206,7 +206,7 @@ def calibrated_copy(src: Path, dst: Path, seer: SeerConfig | None = None, **chan
 
 
 WINDOW_RULES = {  # manifest "lengths" -> (a request's gen_length, what both runtimes must say; None: it runs)
-    "split in 2": ({"blocks": "split", "count": 2}, 16, None),
+    "split in 4": ({"blocks": "split", "count": 4}, 16, None),
     "split in 3": ({"blocks": "split", "count": 3}, 16, "this model's loop splits the window into 3 blocks"),
     "capped at 8": ({"blocks": "cap", "size": 8}, 12, "gen_length 12 is not a multiple of block_length 8"),
     "whole": ({"blocks": "whole"}, 12, None),
@@ -217,7 +217,9 @@ WINDOW_RULES = {  # manifest "lengths" -> (a request's gen_length, what both run
 def test_both_runtimes_shape_a_window_by_the_manifests_rule(lib, folder, cpp_requests, tmp_path, case):
     """The manifest's "lengths" (schema 2.6), written once by seer-export, decides a request's blocks in both
     runtimes (issue 36): the fixture's own rule is one block, under which gen_length 12 runs; capped at 8 it is
-    refused in both, split in 3 refuses 16 in both, and split in 2 runs 16 as two blocks of 8, equal in both."""
+    refused in both, split in 3 refuses 16 in both, and split in 4 runs 16 as four blocks of 4, equal in both: under
+    the fixture's factor:1 rule a step commits within one block, so the four blocks take at least four steps where the
+    one block takes one, and the steps are among what both runtimes must agree on."""
     assert json.loads((folder / "manifest.json").read_text())["lengths"] == {"blocks": "whole"}
     rule, n, error = WINDOW_RULES[case]
     d = calibrated_copy(folder, tmp_path / "rule", lengths=rule)
@@ -229,7 +231,8 @@ def test_both_runtimes_shape_a_window_by_the_manifests_rule(lib, folder, cpp_req
     py.close()
     if error is None:
         assert_same(python, cpp_results)
-        assert py.settings(gen_length=n).block_length == (8 if rule["blocks"] == "split" else n)
+        assert py.settings(gen_length=n).block_length == (4 if rule["blocks"] == "split" else n)
+        assert min(r.steps for r in python) >= (4 if rule["blocks"] == "split" else 1)
     else:
         assert all(error in r.error for r in python), [r.error for r in python]
         assert all(error in r["error"] for r in cpp_results), [r["error"] for r in cpp_results]
@@ -254,8 +257,9 @@ def test_both_runtimes_refuse_a_bad_window_rule_or_calibration(lib, folder, tmp_
 
 
 def test_a_2_5_manifest_reads_the_same_rule_and_calibration_in_both_runtimes(lib, folder, cpp_requests, tmp_path):
-    """Without "lengths" and "cost_calibration" (schema 2.5) both runtimes take the rule the defaults imply and the
-    legacy shapes: batched under cost_model (which calibrates) with a new gen_length, equal answers."""
+    """Without "lengths" and "cost_calibration" (schema 2.5) both runtimes open the export and answer alike, batched
+    under cost_model (which calibrates, each runtime from its legacy shapes) with a new gen_length under the rule the
+    defaults imply (one block). That the C++ legacy shapes are Python's is tests/test_manifest.py's check."""
     data = json.loads((folder / "manifest.json").read_text())
     del data["lengths"], data["cost_calibration"]
     d = calibrated_copy(folder, tmp_path / "old")

@@ -348,6 +348,12 @@ def test_an_engine_run_by_hand_calls_every_graph_on_the_callers_thread(pipe, mon
             "internal",
         )
     monkeypatch.setattr(pipe.backend, "run", run)
+    results = pipe.results
+    monkeypatch.setattr(pipe, "results", lambda *a: (_ for _ in ()).throw(UnicodeError("the tokenizer broke")))
+    unread = engine.submit(Request("count to 4 .", cache="none"))
+    engine.run_until([unread])  # an answer that cannot be read out fails alone, and run_until returns
+    assert (unread.result(0).error, unread.result(0).error_kind) == ("UnicodeError: the tokenizer broke", "internal")
+    monkeypatch.setattr(pipe, "results", results)
     again = engine.submit(Request("count to 3 .", cache="none"))
     engine.run_until([again])
     assert again.result(0).text.startswith("1 2 3")

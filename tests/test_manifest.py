@@ -209,7 +209,7 @@ def test_the_window_rule_and_the_calibration_shapes_are_written_and_read(tmp_pat
 @pytest.mark.parametrize(
     "gen, loop_blocks, rule, shapes",
     [
-        (GenerationConfig(gen_length=64, steps=64, block_length=64), None, WindowRule(), {16: (16, 16), 128: (128, 128)}),
+        (GenerationConfig(gen_length=64, steps=64, block_length=64), None, WindowRule("whole"), {16: (16, 16), 128: (128, 128)}),
         (GenerationConfig(gen_length=256, steps=256, block_length=128), None, WindowRule("cap", size=128),
          {64: (64, 64), 512: (128, 512)}),
         (GenerationConfig(gen_length=256, steps=128, block_length=64), 4, WindowRule("split", count=4),
@@ -243,11 +243,27 @@ def test_a_manifest_before_2_6_reads_the_rule_its_defaults_imply(tmp_path: Path,
         ("cost_calibration", {"shapes": [[1, 0, 4]], "repeats": 5}, "one or more"),
         ("cost_calibration", {"shapes": [[1, "a", 4]], "repeats": 5}, "rows, prompt, answer"),
         ("cost_calibration", {"shapes": [[1, 16, 4]], "repeats": 0}, "repeats"),
+        ("cost_calibration", {"shapes": [[1, 16.5, 4]], "repeats": 5}, "one or more"),  # as C++ refuses them
+        ("cost_calibration", {"shapes": [[1, "16", 4]], "repeats": 5}, "one or more"),
+        ("cost_calibration", {"shapes": [[True, 16, 4]], "repeats": 5}, "one or more"),
+        ("lengths", {}, "lacks \\['blocks'\\]"),
     ],
 )
 def test_a_bad_window_rule_or_calibration_is_a_manifest_error(tmp_path: Path, key, value, match):
     with pytest.raises(ManifestError, match=match):
         Manifest.read(_written(tmp_path, **{key: value}))
+
+
+def test_a_null_calibration_is_the_default_and_a_bad_loop_blocks_names_the_manifest(tmp_path: Path):
+    """What the C++ runtime reads alike (cpp/src/manifest.cpp): ``cost_calibration: null`` is the default shapes, and a
+    manifest's ``model.loop_blocks`` must be a whole number >= 1 or null."""
+    assert Manifest.read(_written(tmp_path, cost_calibration=None)).cost_calibration == CostCalibration()
+    data = make_manifest().to_dict()
+    for bad in (0, -2, 1.5, True):
+        data["model"]["loop_blocks"] = bad
+        (tmp_path / MANIFEST_FILE).write_text(json.dumps(data))
+        with pytest.raises(ManifestError, match="model.loop_blocks is"):
+            Manifest.read(tmp_path)
 
 
 def test_unknown_key_in_our_own_version_is_an_error(tmp_path: Path):

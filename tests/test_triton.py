@@ -373,12 +373,15 @@ class FakeEngine:
         return types.SimpleNamespace(request=request, future=Future())
 
     def run_until(self, tickets) -> None:
-        from seer_trt.runtime.engine import why
+        from seer_trt.runtime.engine import Cancelled, why
         from seer_trt.runtime.request import Result
 
         prompts = [t.request.prompt for t in tickets]
         self.batches.append(prompts)
         for t, p in zip(tickets, prompts, strict=True):
+            if p == "gone" and "crash" not in prompts:  # the engine closed under it: its ticket raises
+                t.future.set_exception(Cancelled("the server is shutting down"))
+                continue
             t.future.set_result(Result.failed(why(RuntimeError("the denoise component is gone")), "internal")
                                 if "crash" in prompts
                                 else Result.failed("bad gen_length", "input") if p == "bad"
@@ -391,16 +394,18 @@ def test_client_errors_answer_invalid_arg_and_other_failures_internal():
 
     model = Model.__new__(Model)  # what Model.__init__ builds inside the server, without the server
     model.pb, model.pipeline, model.engine = wire_pb(), FakePipeline(), FakeEngine()
-    prompts = [b"ok", b"\xff", b"a" * 41, 7, b"bad", b"broken", b"crash", b"ok"]
+    prompts = [b"ok", b"\xff", b"a" * 41, 7, b"bad", b"broken", b"crash", b"gone", b"ok"]
     responses = model.execute([wire_request(p) for p in prompts])
     # one batch of the readable rows; "crash" failed that step for all of them, so each runs again alone
-    assert model.engine.batches == [["ok", "bad", "broken", "crash", "ok"], ["ok"], ["bad"], ["broken"], ["crash"],
-                                    ["ok"]]  # fmt: skip
+    assert model.engine.batches == [["ok", "bad", "broken", "crash", "gone", "ok"], ["ok"], ["bad"], ["broken"],
+                                    ["crash"], ["gone"], ["ok"]]  # fmt: skip
     codes = [r.error.code if r.error else None for r in responses]
-    assert codes == [None, "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INTERNAL", "INTERNAL", None]
+    assert codes == [None, "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INTERNAL", "INTERNAL",
+                     "INTERNAL", None]  # fmt: skip
+    assert responses[7].error.text == "the server is shutting down"
     assert "not UTF-8" in responses[1].error.text and "41 bytes, more than the 40" in responses[2].error.text
     assert responses[6].error.text == "RuntimeError: the denoise component is gone"
-    assert responses[7].outputs["text"].value.tolist() == [[b"ok"]]  # the others are answered
+    assert responses[8].outputs["text"].value.tolist() == [[b"ok"]]  # the others are answered
 
     class OldError:  # a Python backend before error codes: TritonError(message) only
         def __init__(self, message: str) -> None:

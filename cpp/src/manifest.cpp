@@ -185,7 +185,7 @@ bool python_float(const std::string& text, double& value) {
 }
 
 
-// The shapes a manifest before 2.6 names none of: seer_trt.contracts.config.CALIBRATION_SHAPES (tests/test_cpp.py
+// The shapes a manifest before 2.6 names none of: seer_trt.contracts.config.CALIBRATION_SHAPES (tests/test_manifest.py
 // checks the two agree); an export of 2.6 or later carries its own in "cost_calibration".
 const std::array<int64_t, 3> LEGACY_CALIBRATION_SHAPES[] = {{1, 16, 4},   {1, 32, 16},  {1, 128, 32}, {1, 384, 64},
                                                             {1, 640, 128}, {4, 32, 8},   {4, 128, 32}, {8, 32, 8},

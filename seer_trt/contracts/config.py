@@ -222,7 +222,7 @@ class WindowRule:
     "cap" (blocks of min(``size``, N): LaViDa's 128) or "split" (``count`` blocks of N / count: MMaDA's 4). The steps
     keep the defaults' steps per token (N x steps / gen_length, at least one)."""
 
-    blocks: Literal["whole", "cap", "split"] = "whole"
+    blocks: Literal["whole", "cap", "split"]
     size: int | None = None  # cap: the largest block
     count: int | None = None  # split: the number of blocks
 
@@ -244,7 +244,7 @@ class WindowRule:
         block or blocks of at most the default's); also how a manifest before schema 2.6 is read."""
         if loop_blocks:
             return cls("split", count=loop_blocks)
-        return cls() if gen.block_length == gen.gen_length else cls("cap", size=gen.block_length)
+        return cls("whole") if gen.block_length == gen.gen_length else cls("cap", size=gen.block_length)
 
     def shape(self, n: int, base: GenerationConfig) -> tuple[int, int]:
         """(block_length, steps) of a window of ``n`` positions.
@@ -284,16 +284,17 @@ class CostCalibration:
 
     def __post_init__(self) -> None:
         try:
-            shapes = tuple(tuple(int(v) for v in s) for s in self.shapes)
-        except (TypeError, ValueError):
-            raise ConfigError(f"calibration shapes must be [rows, prompt, answer] lists, got {self.shapes!r}") from None
-        if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+            shapes = tuple(tuple(s) for s in self.shapes)
+        except TypeError:
+            shapes = ()
+        whole = all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for s in shapes for v in s)
+        if not shapes or not whole or any(len(s) != 3 or min(s) < 1 for s in shapes):
             raise ConfigError(f"calibration shapes must be one or more [rows, prompt, answer] of whole numbers "
                               f">= 1, got {self.shapes!r}")  # fmt: skip
         r = self.repeats
         if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 1:
             raise ConfigError(f"calibration repeats must be a whole number >= 1, got {r!r}")
-        object.__setattr__(self, "shapes", shapes)
+        object.__setattr__(self, "shapes", tuple(tuple(int(v) for v in s) for s in shapes))
 
     def to_dict(self) -> dict[str, Any]:
         return {"shapes": [list(s) for s in self.shapes], "repeats": self.repeats}

@@ -90,6 +90,9 @@ class ModelInfo:
     logit_shift: int = 0
 
     def __post_init__(self) -> None:
+        k = self.loop_blocks
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ManifestError(f"model.loop_blocks is {k!r}; expected a whole number >= 1 or null")
         if self.logit_shift not in (0, 1):
             raise ManifestError(f"model.logit_shift {self.logit_shift!r} is not 0 or 1; upgrade seer-trt or re-export")
 
@@ -458,7 +461,9 @@ class Manifest:
             kw["checksums"] = {str(k): v for k, v in sums.items()}
             if kw.get("lengths") is not None:  # absent before 2.6: __post_init__ derives it
                 kw["lengths"] = WindowRule.from_dict(_take(kw["lengths"], WindowRule, "manifest lengths", lenient))
-            if "cost_calibration" in kw:
+            if kw.get("cost_calibration") is None:  # absent before 2.6 (or null): the default shapes
+                kw.pop("cost_calibration", None)
+            else:
                 kw["cost_calibration"] = CostCalibration.from_dict(
                     _take(kw["cost_calibration"], CostCalibration, "manifest cost_calibration", lenient)
                 )

@@ -206,6 +206,10 @@ class Engine:
             raise RuntimeError("run_until steps an engine by hand; this one runs its own loop (start)")
         while not all(t.future.done() for t in tickets):
             self._guarded_step()
+            if not self.cohorts and not self._preparing and self.queue.empty():  # nothing left that could answer them
+                for t in tickets:
+                    _answer(t, Result.failed("the engine holds this request no longer (a bug: please report it)",
+                                             "internal"))  # fmt: skip
 
     @property
     def limits(self) -> Limits:
@@ -275,9 +279,10 @@ class Engine:
         try:
             self.step()
         except Exception as err:  # noqa: BLE001 - a failed step fails its rows, never the loop
-            for ticket in self.rows:  # each answered with an internal failure (a 500), as at admission
-                if not ticket.future.done():
-                    ticket.future.set_result(Result.failed(why(err), "internal"))
+            for cohort in self.cohorts:  # each row it held answered with an internal failure (a 500), as at admission;
+                for ticket, done in zip(cohort.tickets, cohort.retired, strict=True):  # those still being prepared
+                    if not done:  # were in no step: they go on
+                        _answer(ticket, Result.failed(why(err), "internal"))
             self.cohorts = []
 
     def step(self) -> None:
@@ -352,18 +357,17 @@ class Engine:
                 self.pipe.calibrate_costs()
         except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
             for ticket in tickets:
-                if not ticket.future.done():
-                    ticket.future.set_result(Result.failed(why(err), "internal"))
+                _answer(ticket, Result.failed(why(err), "internal"))
             return
         for i, (error, kind) in plan.failed.items():
-            tickets[i].future.set_result(Result.failed(error, kind))
+            _answer(tickets[i], Result.failed(error, kind))
         for group in plan.groups:
             members = [tickets[i] for i in group.rows]
             try:
                 run = self.pipe.start_group(group, plan.policy)
             except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
                 for ticket in members:
-                    ticket.future.set_result(Result.failed(why(err), "internal"))
+                    _answer(ticket, Result.failed(why(err), "internal"))
                 continue
             self.cohorts.append(Cohort(run, members, group.prepare_s, [0] * len(members),
                                        np.zeros(len(members), dtype=bool)))  # fmt: skip
@@ -402,15 +406,24 @@ class Engine:
         if error is not None:
             _fail(ticket, error)
             return
-        (result,) = self.pipe.results(cohort.run, np.array([i]))
+        try:
+            (result,) = self.pipe.results(cohort.run, np.array([i]))
+        except Exception as err:  # noqa: BLE001 - its answer could not be read out (detokenize): it fails alone
+            _answer(ticket, Result.failed(why(err), "internal"))
+            return
         seconds = {"preprocess": cohort.prepare_s[i], "queued_and_denoised": time.monotonic() - ticket.submitted}
-        ticket.future.set_result(dataclasses.replace(result, seconds=seconds))
+        _answer(ticket, dataclasses.replace(result, seconds=seconds))
 
 
 def why(err: BaseException) -> str:
     """A failure in one line for its client: our own errors as they are (they name the graph or input), anything
     else named by its type; no object reprs."""
     return describe(err) if isinstance(err, SeerError) else f"{type(err).__name__}: {describe(err)}"
+
+
+def _answer(ticket: Ticket, result: Result) -> None:
+    if not ticket.future.done():
+        ticket.future.set_result(result)
 
 
 def _fail(ticket: Ticket, error: SeerError) -> None:

@@ -148,18 +148,23 @@ class Model:
     def __init__(self, args: dict[str, Any], config: dict[str, Any]) -> None:
         import triton_python_backend_utils as pb
 
-        from seer_trt.runtime.engine import Engine
         from seer_trt.runtime.pipeline import SeerPipeline
 
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         folder = Path(args["model_repository"]) / args["model_version"] / params["export"]
         manifest = Manifest.read(folder)
         backend = BlsBackend(pb, manifest, json.loads(params["components"]), json.loads(params.get("plans", "[]")))
-        self.pb = pb
         cache = CacheConfig.from_dict(json.loads(params.get("cache", "{}")))  # a repository before 2.1: none
-        self.pipeline = SeerPipeline(folder, manifest, backend, policy=params["policy"], cache=cache)
-        # stepped by hand in execute, every request prepared there too: no graph call leaves execute's thread
-        self.engine = Engine(self.pipeline, max_queue=0, prepare_threads=0)  # max_queue 0: execute's batch, unbounded
+        self.serve(pb, SeerPipeline(folder, manifest, backend, policy=params["policy"], cache=cache))
+
+    def serve(self, pb: Any, pipeline: Any) -> None:
+        """Answer through ``pipeline`` (``__init__`` builds it from Triton's arguments; tests build it directly):
+        its engine is stepped by hand in ``execute`` and prepares every request there, so no graph call leaves
+        ``execute``'s thread."""
+        from seer_trt.runtime.engine import Engine
+
+        self.pb, self.pipeline = pb, pipeline
+        self.engine = Engine(pipeline, max_queue=0, prepare_threads=0)  # max_queue 0: execute's batch, unbounded
 
     def execute(self, requests: list) -> list:
         from seer_trt.runtime.request import Result
