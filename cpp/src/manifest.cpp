@@ -374,13 +374,14 @@ void GenerationConfig::validate() const {
                        " / block_length " + std::to_string(block_length) + "); choose steps divisible by it");
 }
 
-std::pair<int64_t, int64_t> WindowRule::shape(int64_t n, const GenerationConfig& base) const {
-  if (blocks == "split" && n % count)
+std::pair<int64_t, int64_t> WindowRule::shape(int64_t n, const GenerationConfig& base,
+                                              std::optional<int64_t> block) const {
+  if (!block && blocks == "split" && n % count)
     throw config_error("gen_length " + std::to_string(n) + ": this model's loop splits the window into " +
                        std::to_string(count) + " blocks; ask for a multiple of " + std::to_string(count) +
                        ", or pass block_length");
-  const int64_t block = blocks == "split" ? n / count : blocks == "cap" ? std::min(size, n) : n;
-  return {block, std::max<int64_t>(1, n * base.steps / base.gen_length)};
+  if (!block) block = blocks == "split" ? n / count : blocks == "cap" ? std::min(size, n) : n;
+  return {*block, std::max<int64_t>(1, n * base.steps / base.gen_length)};
 }
 
 bool GenerationConfig::operator<(const GenerationConfig& o) const {

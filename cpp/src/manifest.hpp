@@ -105,8 +105,9 @@ struct GenerationConfig {
 struct WindowRule {
   std::string blocks = "whole";
   int64_t size = 0, count = 0;  // cap's largest block, split's number of blocks; 0 where the rule takes none
-  // {block_length, steps} of a window of n positions; config_error for a split count that does not divide n
-  std::pair<int64_t, int64_t> shape(int64_t n, const GenerationConfig& base) const;
+  // {block_length, steps} of a window of n positions (block: the request's own block length, which the rule then does
+  // not choose); config_error for a split count that does not divide n
+  std::pair<int64_t, int64_t> shape(int64_t n, const GenerationConfig& base, std::optional<int64_t> block = {}) const;
 };
 
 // What the cost_model policy's calibration times (manifest "cost_calibration", schema 2.6;

@@ -83,13 +83,12 @@ GenerationConfig Pipeline::Impl::generation(const Request& r) const {
     const int64_t n = *r.gen_length;
     std::pair<int64_t, int64_t> shape;
     try {
-      shape = manifest.lengths.shape(n, base);
+      shape = manifest.lengths.shape(n, base, r.block_length);
     } catch (const Error& err) {
-      if (!r.block_length) throw input_error(err.what());
-      shape = {*r.block_length, std::max<int64_t>(1, n * base.steps / base.gen_length)};
+      throw input_error(err.what());
     }
     gen.gen_length = n;
-    gen.block_length = r.block_length ? *r.block_length : shape.first;
+    gen.block_length = shape.first;
     gen.steps = r.steps ? *r.steps : shape.second;
   } else {
     if (r.steps) gen.steps = *r.steps;

@@ -246,16 +246,18 @@ class WindowRule:
             return cls("split", count=loop_blocks)
         return cls("whole") if gen.block_length == gen.gen_length else cls("cap", size=gen.block_length)
 
-    def shape(self, n: int, base: GenerationConfig) -> tuple[int, int]:
-        """(block_length, steps) of a window of ``n`` positions.
+    def shape(self, n: int, base: GenerationConfig, block: int | None = None) -> tuple[int, int]:
+        """(block_length, steps) of a window of ``n`` positions; ``block``: the request's own block length, which
+        the rule then does not choose.
 
         Raises:
             ValueError: a split rule whose count does not divide ``n`` (the caller words it for its user).
         """
-        if self.blocks == "split" and n % self.count:
+        if block is None and self.blocks == "split" and n % self.count:
             raise ValueError(f"gen_length {n}: this model's loop splits the window into {self.count} blocks; ask for "
                              f"a multiple of {self.count}, or pass block_length")  # fmt: skip
-        block = n // self.count if self.blocks == "split" else min(self.size, n) if self.blocks == "cap" else n
+        if block is None:
+            block = n // self.count if self.blocks == "split" else min(self.size, n) if self.blocks == "cap" else n
         return block, max(1, n * base.steps // base.gen_length)
 
     def to_dict(self) -> dict[str, Any]:

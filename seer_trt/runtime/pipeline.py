@@ -228,11 +228,9 @@ class SeerPipeline:
         if "gen_length" in changes:  # a new window: the export's rule (manifest "lengths") shapes its blocks, steps
             n = changes["gen_length"]
             try:
-                block, steps = self.manifest.lengths.shape(n, base)
+                block, steps = self.manifest.lengths.shape(n, base, changes.get("block_length"))
             except ValueError as err:
-                if "block_length" not in changes:
-                    raise InputError(str(err)) from None
-                block, steps = changes["block_length"], max(1, n * base.steps // base.gen_length)
+                raise InputError(str(err)) from None
             changes.setdefault("block_length", block)
             changes.setdefault("steps", steps)
         try:
