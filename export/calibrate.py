@@ -348,8 +348,22 @@ def main(argv: list[str] | None = None) -> int:
     return run_main(PROG, build_parser(), work, argv, atomic=False)  # a report of two files, each whole
 
 
+def check_report_folder(out: Path) -> None:
+    """Refuse, before the forward passes, a report folder that cannot be made: a file at ``out`` or on its way.
+
+    Raises:
+        InputError: naming the file in the way.
+    """
+    from seer_trt.contracts.errors import InputError
+
+    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise InputError(f"--out {out}: {blocker} is a file, not a folder; name a folder for the report")
+
+
 def work(args: argparse.Namespace) -> int:
     require_extra("seer-calibrate")
+    check_report_folder(args.out)
     import torch
 
     from seer_export.models.registry import load

@@ -709,6 +709,27 @@ def test_seer_bench_refuses_the_fixed_rule_as_its_parallel_rule(tmp_path, rule):
     assert rc == 2 and "needs a parallel rule" in one_line(err), err
 
 
+@pytest.mark.parametrize(
+    "module, argv, words",
+    [
+        ("seer_trt.cli.eval", ["--json", "{tmp}"], "--json {tmp} is a folder; name a file"),
+        ("seer_trt.cli.eval", ["--json", "{tmp}/missing/r.json"], "the folder {tmp}/missing does not exist"),
+        ("seer_trt.cli.eval", ["--plot", "{tmp}"], "--plot {tmp} is a folder; name a file"),
+        ("seer_export.calibrate", ["--out", "{tmp}/file/report"], "{tmp}/file is a file, not a folder"),
+    ],
+)
+def test_report_paths_are_refused_before_any_work(tmp_path, module, argv, words):
+    """Where a measuring command writes its report is checked first: the export named (none here) is never opened,
+    no model is loaded, nothing is written."""
+    import importlib
+
+    (tmp_path / "file").write_text("mine\n")
+    engines = ["--engines", str(tmp_path / "no-export")] if module.endswith("eval") else []
+    rc, _, err = cli(importlib.import_module(module).main, engines + [a.format(tmp=tmp_path) for a in argv])
+    assert rc == 2 and words.format(tmp=tmp_path) in one_line(err), err
+    assert os.listdir(tmp_path) == ["file"] and (tmp_path / "file").read_text() == "mine\n"
+
+
 def test_describe_drops_object_reprs():
     err = OSError("cannot identify image file <_io.BytesIO object at 0x7f3a2c1d9e50>")
     assert describe(err) == "cannot identify image file <object>"

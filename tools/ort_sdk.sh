@@ -30,6 +30,9 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$dest" ] || { echo "ort_sdk.sh: give the folder to write, e.g. tools/ort_sdk.sh cpp/build/ort-sdk" >&2; exit 2; }
 python="${PYTHON:-python3}"
+# ONNX Runtime's telemetry off when the wheel's onnxruntime is imported below, unless the environment sets it, as the
+# project's sessions do (docs/DESIGN.md "Telemetry"): its import writes a device id under ~/.cache otherwise
+export ORT_DISABLE_TELEMETRY="${ORT_DISABLE_TELEMETRY-1}"
 stamp="suite=$suite library=${library:-wheel:$python}"
 if [ -f "$dest/SDK" ] && grep -qxF "$stamp" "$dest/SDK"; then
   exit 0  # already assembled with these settings

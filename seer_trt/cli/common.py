@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from seer_trt.contracts.errors import SeerError
 from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_CACHE, DEFAULT_POLICY, ORDERS, POLICIES
@@ -123,41 +123,81 @@ def run_main(prog: str, parser: argparse.ArgumentParser, work: Callable[[argpars
         return interrupted(prog, interrupt, verbose, atomic)
 
 
-def check_output(path: Path | None, flag: str = "--output") -> None:
-    """Refuse, before any work, an output file that cannot be written: a folder, or in a folder that does not exist
-    (no folder is created that the user did not ask for).
+def check_output(path: Path | None, flag: str = "--output", source: Path | None = None,
+                 source_flag: str = "--input", example: str = "out.jsonl") -> None:  # fmt: skip
+    """Refuse, before any work, an output file that cannot be written: a folder, in a folder that does not exist
+    (no folder is created that the user did not ask for) or under a file, or the very file ``source`` names
+    (through any link), which the output would replace.
 
     Raises:
-        InputError: naming ``flag`` and what to do.
+        InputError: naming ``flag`` and what to do (``example``: a file name to suggest).
     """
     from seer_trt.contracts.errors import InputError
 
     if path is None:
         return
     if path.is_dir():
-        raise InputError(f"{flag} {path} is a folder; name a file (for example {path / 'out.jsonl'})")
+        raise InputError(f"{flag} {path} is a folder; name a file (for example {path / example})")
     parent = path.parent
+    blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise InputError(f"{flag} {path}: {blocker} is a file, not a folder; name a file in a folder")
     if not parent.is_dir():
         raise InputError(f"{flag} {path}: the folder {parent} does not exist; create it first (mkdir -p {parent})")
+    if source is not None and str(source) != "-" and output_path(path) == output_path(source):
+        raise InputError(f"{flag} {path} is the {source_flag} file ({source}): the results would replace what they "
+                         f"answer; name another file")  # fmt: skip
+
+
+def output_path(path: Path) -> Path:
+    """Where writing ``path`` lands: symbolic links followed (so a link stays a link and its target is replaced),
+    resolved the same way whatever the working folder, as every path compared with it is."""
+    return path.expanduser().resolve()
 
 
 def write_output(path: Path | None, text: str, flag: str = "--output") -> None:
-    """``text`` to the file at ``path``, or to stdout when ``path`` is None.
+    """``text`` to the file at ``path``, or to stdout when ``path`` is None (``write_output_stream`` of one piece)."""
+    write_output_stream(path, (text,), flag)
 
-    Never half-written: the text goes to a staging file of this process's own next to ``path`` (so processes
-    writing the same output never share one), renamed onto it once complete; on any failure the staging file is
-    removed.
+
+def write_output_stream(path: Path | None, pieces: Iterable[str], flag: str = "--output") -> None:
+    """Each of ``pieces`` written as it comes (so the caller need not hold them all): to stdout, flushed after each,
+    when ``path`` is None.
+
+    Never half-written: the pieces go to a staging file of this process's own next to ``path`` (its target, when
+    ``path`` is a symbolic link; so processes writing the same output never share one), renamed onto it once the
+    last is written; on any failure, an exception from ``pieces`` included, the staging file is removed and the
+    previous file stays. An output that exists and is no regular file (``/dev/null``, a FIFO, a terminal) is
+    written directly, as stdout is: there is nothing to replace.
 
     Raises:
         InputError: see ``check_output``.
     """
+    import stat
+
     from seer_trt.contracts.outfolder import write_file
 
     if path is None:
-        sys.stdout.write(text)
+        for piece in pieces:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
         return
     check_output(path, flag)
-    write_file(path, lambda f: f.write(text.encode("utf-8")))
+    target = output_path(path)
+
+    def write(f: BinaryIO) -> None:
+        for piece in pieces:
+            f.write(piece.encode("utf-8"))
+
+    try:
+        special = not stat.S_ISREG(target.stat().st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
+        with open(target, "wb") as f:
+            write(f)
+        return
+    write_file(target, write)
 
 
 JSONL_LINE_SLACK = 2**16  # bytes of a request line besides its text: field names, settings, an image path
@@ -169,21 +209,16 @@ def jsonl_line_limit(max_chars: int) -> int:
     return 12 * max_chars + JSONL_LINE_SLACK
 
 
-def read_jsonl(path: Path, max_line_bytes: int, flag: str = "--input") -> list[tuple[int, Any]]:
-    """The request lines of a JSONL file (``-``: stdin), each as (line number, decoded JSON value or the line's
-    error as ``line N: ...``); blank lines are skipped. Reads line by line, never holding more than
-    ``max_line_bytes`` of one line: a longer line is skipped to its end and becomes its error.
+def open_jsonl(path: Path, flag: str = "--input") -> BinaryIO:
+    """The JSONL file at ``path`` opened for reading (``-``: stdin's bytes), before any work.
 
     Raises:
-        InputError: the file cannot be read, is not a regular file or a pipe, or holds no request.
+        InputError: it does not exist, cannot be read, or is not a regular file or a pipe.
     """
-    import codecs
-    import json
     import stat
 
     from seer_trt.contracts.errors import InputError
 
-    out: list[tuple[int, Any]] = []
     try:
         if str(path) == "-":
             stream = getattr(sys.stdin, "buffer", None)
@@ -191,19 +226,34 @@ def read_jsonl(path: Path, max_line_bytes: int, flag: str = "--input") -> list[t
                 import io
 
                 stream = io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))
-            close = False
-        else:
-            mode = path.stat().st_mode
-            if stat.S_ISDIR(mode):
-                raise InputError(f"{flag} {path} is a folder; pass a JSONL file")
-            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-                raise InputError(f"{flag} {path} is not a regular file; pass a JSONL file")
-            stream = open(path, "rb")  # noqa: SIM115 - closed below
-            close = True
+            return stream
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{flag} {path} is a folder; pass a JSONL file")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            raise InputError(f"{flag} {path} is not a regular file; pass a JSONL file")
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
     except FileNotFoundError:
         raise InputError(f"{flag} {path} does not exist; pass a JSONL file") from None
     except OSError as err:
         raise InputError(f"cannot read {flag} {path} ({err.strerror or err}); pass a JSONL file") from None
+
+
+def iter_jsonl(stream: BinaryIO, path: Path, max_line_bytes: int, flag: str = "--input") -> Iterator[tuple[int, Any]]:
+    """The request lines of an open JSONL stream, one at a time as they are read, each as (line number, decoded
+    JSON value or the line's error as ``line N: ...``); blank lines are skipped. Never holds more than
+    ``max_line_bytes`` of one line: a longer line is skipped to its end and becomes its error. Closes ``stream``
+    (not stdin) when done.
+
+    Raises:
+        InputError: the stream cannot be read, or it held no request (raised once it is exhausted).
+    """
+    import codecs
+    import json
+
+    from seer_trt.contracts.errors import InputError
+
+    count = 0
     try:
         number = 0
         while True:
@@ -219,33 +269,45 @@ def read_jsonl(path: Path, max_line_bytes: int, flag: str = "--input") -> list[t
                     raw = stream.readline(2**20)
                     size += len(raw)
                 size -= raw.endswith(b"\n")
-                out.append((number, f"line {number}: {size} bytes, more than the "
-                                    f"{max_line_bytes} a request line may hold (its text past what the largest "
-                                    f"prompt bucket holds); shorten it"))  # fmt: skip
+                count += 1
+                yield number, (f"line {number}: {size} bytes, more than the {max_line_bytes} a request line may "
+                               f"hold (its text past what the largest prompt bucket holds); shorten it")  # fmt: skip
                 continue
             raw = raw.rstrip(b"\r\n")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
-                out.append((number, f"line {number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column "
-                                    f"{err.start + 1}); write the file as UTF-8"))  # fmt: skip
+                count += 1
+                yield number, (f"line {number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                               f"{err.start + 1}); write the file as UTF-8")  # fmt: skip
                 continue
             if not line.strip():
                 continue
             try:
-                out.append((number, json.loads(line)))
+                value: Any = json.loads(line)
             except json.JSONDecodeError as err:
-                out.append((number, f"line {number}: not JSON ({err.msg})"))
+                value = f"line {number}: not JSON ({err.msg})"
             except RecursionError:
-                out.append((number, f"line {number}: nested too deeply to be a request"))
+                value = f"line {number}: nested too deeply to be a request"
+            count += 1
+            yield number, value
     except OSError as err:
         raise InputError(f"cannot read {flag} {path} ({err.strerror or err}); pass a JSONL file") from None
     finally:
-        if close:
+        if stream is not getattr(sys.stdin, "buffer", None):
             stream.close()
-    if not out:
+    if not count:
         raise InputError(f"{flag} {path} holds no requests; write one JSON object per line")
-    return out
+
+
+def read_jsonl(path: Path, max_line_bytes: int, flag: str = "--input") -> list[tuple[int, Any]]:
+    """Every request line of a JSONL file at once (``iter_jsonl`` of ``open_jsonl``): for files small enough to
+    hold; the commands stream them.
+
+    Raises:
+        InputError: see ``open_jsonl`` and ``iter_jsonl``.
+    """
+    return list(iter_jsonl(open_jsonl(path, flag), path, max_line_bytes, flag))
 
 
 def command_line(prog: str, argv: list[str] | None) -> str:
@@ -293,7 +355,10 @@ def add_generation(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("generation")
     g.add_argument("--gen-length", type=int, help="answer window (default: the export's)")
     g.add_argument("--steps", type=int, help="denoising steps over the window (default: the export's)")
-    g.add_argument("--temperature", type=float, help="0 greedy (default); > 0 needs the denoise_logits graph")
+    g.add_argument("--temperature", type=float,
+                   help="sampling temperature (default: the export's, 0: greedy); > 0 samples over the whole "
+                   "vocabulary through denoise_logits where the export has it (seer-export --sampling), else from "
+                   "the denoise graph's most probable ids per position")  # fmt: skip
     g.add_argument("--decoding", metavar="RULE",
                    help="how many tokens a step commits: fixed (gen_length / steps per step, the paper's loop), "
                    "threshold:TAU (every position with probability >= TAU, at least one; Fast-dLLM) or factor:F "

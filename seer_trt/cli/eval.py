@@ -14,6 +14,7 @@ from seer_trt.cli.common import (
     add_samples,
     add_threads,
     add_verbose,
+    check_output,
     command_line,
     require_extra,
     run_main,
@@ -71,6 +72,9 @@ def work(args: argparse.Namespace, command: str) -> int:
         raise ConfigError(f"--n must be >= 1, got {args.n}")
     if args.plot:  # before the work, not after it
         require_extra("seer-eval --plot", ("matplotlib",))
+        if args.plot.is_dir():
+            raise ConfigError(f"--plot {args.plot} is a folder; name a file (for example {args.plot / 'eval.png'})")
+    check_output(args.json, "--json", example="eval.json")
     t0 = time.time()
 
     def progress(text: str) -> None:

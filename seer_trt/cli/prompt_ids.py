@@ -8,7 +8,8 @@ Out: C++ requests (``cpp/build/seer_run --input``, ``seer::Request``): ``prompt_
      features go), and the image as preprocessed float32 pixel tiles [tiles, 3, S, S] in a ``.npy`` file
      (``image_tiles``; anyres exports also get ``image_grid`` and ``image_size``). Other fields pass through. A line
      that cannot be converted becomes ``{"error": "line N: ..."}`` in its place (the C++ ``seer_run`` answers it
-     with that error) and the others are converted; exit status 1 then.
+     with that error) and the others are converted; exit status 1 then. ``--input`` streams: each line is read,
+     converted and written in turn, ``--output`` through a staging file renamed once the last line is written.
 
 The C++ runtime reads no tokenizer for prompts: a chat template is Jinja and LLaDA-V's tokenizer is BPE, both
 already done right here; so a C++ service either calls this once per prompt or ports its tokenizer's encoder.
@@ -19,18 +20,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from seer_trt.cli.common import (
     Parser,
     add_engines,
     add_verbose,
     check_output,
+    iter_jsonl,
     jsonl_line_limit,
-    read_jsonl,
+    open_jsonl,
     run_main,
     write_output,
+    write_output_stream,
 )
 from seer_trt.contracts.errors import InputError, SeerError
 from seer_trt.serving.cpp import CppRequests
@@ -65,40 +69,56 @@ def work(args: argparse.Namespace) -> int:
         raise InputError("--tiles-dir goes with --input; for --prompt, name the file with --tiles FILE.npy")
     if args.prompt is not None and (args.image is None) != (args.tiles is None):
         raise InputError("--image and --tiles go together: --tiles names the .npy file the image's tiles go to")
-    check_output(args.output)
-    check_output(args.tiles, "--tiles")
+    check_output(args.output, source=args.input)
+    check_output(args.tiles, "--tiles", example="tiles.npy")
     if args.tiles_dir is not None:
         if args.tiles_dir.exists() and not args.tiles_dir.is_dir():
             raise InputError(f"--tiles-dir {args.tiles_dir} is a file; name a folder")
         if not args.tiles_dir.parent.is_dir():
             raise InputError(f"--tiles-dir {args.tiles_dir}: the folder {args.tiles_dir.parent} does not exist; create "
                              f"it first (mkdir -p {args.tiles_dir})")  # fmt: skip
-    conv = CppRequests(args.engines)
-    if args.prompt is not None:
-        data: dict[str, Any] = {"prompt": args.prompt}
-        if args.image is not None:
-            data["image"] = str(args.image)
-        if args.system is not None:
-            data["system"] = args.system
-        write_output(args.output, json.dumps(conv.convert(data, args.tiles)) + "\n")
-        return 0
-    lines, failed = [], 0
-    for number, data in read_jsonl(args.input, jsonl_line_limit(conv.prompts.max_chars)):
-        error = data if isinstance(data, str) else None
-        if error is None:
-            path = None if args.tiles_dir is None else args.tiles_dir / f"{number}.npy"
-            try:
-                if path is not None and isinstance(data, dict) and data.get("image") is not None:
-                    args.tiles_dir.mkdir(exist_ok=True)  # the folder asked for, not its parents
-                lines.append(json.dumps(conv.convert(data, path)))
-                continue
-            except SeerError as err:
-                error = f"line {number}: {err}"
-        failed += 1
-        lines.append(json.dumps({"error": error}))  # in its place: the C++ seer_run answers it with this error
-    write_output(args.output, "".join(line + "\n" for line in lines))
-    print(f"{PROG}: {len(lines) - failed} converted, {failed} failed", file=sys.stderr)
-    return 1 if failed else 0
+    stream = None if args.input is None else open_jsonl(args.input)  # before the export loads
+    try:
+        conv = CppRequests(args.engines)
+        if stream is None:
+            data: dict[str, Any] = {"prompt": args.prompt}
+            if args.image is not None:
+                data["image"] = str(args.image)
+            if args.system is not None:
+                data["system"] = args.system
+            write_output(args.output, json.dumps(conv.convert(data, args.tiles)) + "\n")
+            return 0
+        return convert_input(conv, args, stream)
+    finally:
+        if stream is not None and stream is not getattr(sys.stdin, "buffer", None):
+            stream.close()
+
+
+def convert_input(conv: CppRequests, args: argparse.Namespace, stream: BinaryIO) -> int:
+    """``--input``'s lines read, converted and written one at a time; the summary line on stderr; exit status 1
+    when some failed."""
+    counts = [0, 0]  # converted, failed
+
+    def pieces() -> Iterator[str]:
+        for number, data in iter_jsonl(stream, args.input, jsonl_line_limit(conv.prompts.max_chars)):
+            error = data if isinstance(data, str) else None
+            if error is None:
+                path = None if args.tiles_dir is None else args.tiles_dir / f"{number}.npy"
+                try:
+                    if path is not None and isinstance(data, dict) and data.get("image") is not None:
+                        args.tiles_dir.mkdir(exist_ok=True)  # the folder asked for, not its parents
+                    line = json.dumps(conv.convert(data, path))
+                    counts[0] += 1
+                    yield line + "\n"
+                    continue
+                except SeerError as err:
+                    error = f"line {number}: {err}"
+            counts[1] += 1
+            yield json.dumps({"error": error}) + "\n"  # in its place: the C++ seer_run answers it with this error
+
+    write_output_stream(args.output, pieces())
+    print(f"{PROG}: {counts[0]} converted, {counts[1]} failed", file=sys.stderr)
+    return 1 if counts[1] else 0
 
 
 if __name__ == "__main__":

@@ -5,18 +5,24 @@ In:  ``--engines DIR`` (a ``seer-export`` folder), one ``--prompt`` (with ``--im
      ``block_length``, ``temperature``, ``remasking``, ``decoding``, ``seer``, ``early_stop``, ``window``, ``seed``, ``cache``,
      ``refresh_interval``), UTF-8.
 Out: the answer text (or, with ``--json``, the whole result); with ``--input``, one JSON result per line in
-     ``--output`` (stdout by default), a failed request (bad JSON, not UTF-8, a bad field or image) carrying its
-     ``error`` while the others are answered. Exit status: 0 every request answered, 1 some failed (``--input``),
-     2 bad invocation or a failed ``--prompt`` (one line on stderr).
+     ``--output`` (stdout by default), in input order, a failed request (bad JSON, not UTF-8, a bad field or image)
+     carrying its ``error`` while the others are answered. Exit status: 0 every request answered, 1 some failed
+     (``--input``), 2 bad invocation or a failed ``--prompt`` (one line on stderr).
+
+``--input`` streams: it reads, answers and writes a group of lines at a time (``GROUP_BATCHES`` of the largest batch
+bucket per ``generate`` call), so its memory does not grow with the file (docs/DESIGN.md "Bounds and output folders");
+``--output`` is still written through a staging file renamed once the last group is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from seer_trt.cli.common import (
     Parser,
@@ -26,14 +32,19 @@ from seer_trt.cli.common import (
     add_generation,
     add_verbose,
     check_output,
+    iter_jsonl,
     jsonl_line_limit,
-    read_jsonl,
+    open_jsonl,
     run_main,
-    write_output,
+    write_output_stream,
 )
 from seer_trt.contracts.errors import ConfigError, InputError, SeerError
 
 PROG = "seer-run"
+# Lines of --input answered per generate call, in largest batch buckets: enough rows for the dispatch policy to fill
+# whole buckets of like lengths, few enough that a group's prepared prompts (about 200 KB a line on the fixture) stay
+# a small, fixed share of the memory whatever the file's length.
+GROUP_BATCHES = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,21 +67,41 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def read_requests(path: Path, overrides: dict, max_line_bytes: int) -> list[tuple[int, Any]]:
-    """Requests from a JSONL file, each with its line number; a line that is not a valid request (too long, not
-    UTF-8, not JSON, a bad field) becomes its error, the rest go on."""
+def read_requests(records: Iterable[tuple[int, Any]], overrides: dict) -> Iterator[tuple[int, Any]]:
+    """``iter_jsonl``'s lines as requests, each with its line number, one at a time; a line that is not a valid
+    request (too long, not UTF-8, not JSON, a bad field) becomes its error, the rest go on."""
     from seer_trt.runtime.request import Request
 
-    out: list[tuple[int, Any]] = []
-    for number, data in read_jsonl(path, max_line_bytes):
+    for number, data in records:
         if isinstance(data, str):  # the line's error
-            out.append((number, data))
+            yield number, data
             continue
         try:
-            out.append((number, Request.from_dict({**overrides, **data} if isinstance(data, dict) else data)))
+            yield number, Request.from_dict({**overrides, **data} if isinstance(data, dict) else data)
         except (SeerError, TypeError) as err:
-            out.append((number, f"line {number}: {err}"))
-    return out
+            yield number, f"line {number}: {err}"
+
+
+def answer_in_groups(pipe: Any, requests: Iterable[tuple[int, Any]], group: int) -> Iterator[list[Any]]:
+    """The results of ``requests`` (``read_requests``'), a list per group of at most ``group`` lines, in input
+    order: one ``pipe.generate`` call per group, of its valid requests only; a line that failed to read keeps its
+    error in its place, and one that fails at run time (its image, its length) gets its line number."""
+    import dataclasses
+
+    from seer_trt.runtime.request import Request, Result
+
+    requests = iter(requests)
+    while chunk := list(itertools.islice(requests, group)):
+        valid = [r for _, r in chunk if isinstance(r, Request)]
+        answers = iter(pipe.generate(valid)) if valid else iter(())
+        results = []
+        for number, r in chunk:
+            if not isinstance(r, Request):
+                results.append(Result.failed(r))
+                continue
+            result = next(answers)
+            results.append(result if result.ok else dataclasses.replace(result, error=f"line {number}: {result.error}"))
+        yield results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +109,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def work(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from seer_trt.contracts.policies import DEFAULT_CACHE
-    from seer_trt.runtime.pipeline import SeerPipeline
-    from seer_trt.runtime.request import GENERATION_FIELDS, Request, Result
-
     overrides = {k: v for k, v in (("gen_length", args.gen_length), ("steps", args.steps),
                                    ("temperature", args.temperature), ("decoding", args.decoding))
                  if v is not None}  # fmt: skip
@@ -97,7 +122,23 @@ def work(args: argparse.Namespace) -> int:
         raise InputError("--json goes with --prompt; --input always writes one JSON result per line")
     if args.prompt is not None and args.output is not None:
         raise InputError("--output goes with --input; --prompt prints its answer (redirect it to a file)")
-    check_output(args.output)
+    check_output(args.output, source=args.input)
+    stream = None if args.input is None else open_jsonl(args.input)  # before the export loads: a bad file costs nothing
+    try:
+        return answer(args, overrides, stream)
+    finally:
+        if stream is not None and stream is not getattr(sys.stdin, "buffer", None):
+            stream.close()
+
+
+def answer(args: argparse.Namespace, overrides: dict, stream: BinaryIO | None) -> int:
+    """Load the export, check the flags, answer ``--prompt`` or the opened ``--input``."""
+    import dataclasses
+
+    from seer_trt.contracts.policies import DEFAULT_CACHE
+    from seer_trt.runtime.pipeline import SeerPipeline
+    from seer_trt.runtime.request import GENERATION_FIELDS, Request
+
     try:  # a request's own "cache" keys override it
         cache = dataclasses.replace(
             DEFAULT_CACHE, mode=args.cache, refresh=args.refresh_interval, order=args.forecast_order
@@ -111,27 +152,31 @@ def work(args: argparse.Namespace) -> int:
         pipe.settings(**{k: v for k, v in overrides.items() if k in GENERATION_FIELDS})
     except InputError as err:
         raise InputError(f"{str(err).removeprefix('request settings: ')} (command-line flags)") from None
-    if args.input is None:
+    if stream is None:
         result = pipe.generate([Request(args.prompt, args.image, **overrides)])[0]
         if not result.ok:
             raise InputError(result.error)
         print(json.dumps(result.to_dict()) if args.json else result.text)
         return 0
-    requests = read_requests(args.input, overrides, jsonl_line_limit(pipe.prompts.max_chars))
-    valid = [r for _, r in requests if isinstance(r, Request)]
-    answers = iter(pipe.generate(valid)) if valid else iter(())
-    results = []
-    for number, r in requests:
-        if not isinstance(r, Request):
-            results.append(Result.failed(r))
-            continue
-        result = next(answers)  # an error found at run time (its image, its length) names its line too
-        results.append(result if result.ok else dataclasses.replace(result, error=f"line {number}: {result.error}"))
-    lines = "".join(json.dumps(r.to_dict()) + "\n" for r in results)
-    write_output(args.output, lines)
-    failed = sum(not r.ok for r in results)
-    print(f"{PROG}: {len(results) - failed} answered, {failed} failed", file=sys.stderr)
-    return 1 if failed else 0
+    return answer_input(pipe, args, overrides, stream)
+
+
+def answer_input(pipe: Any, args: argparse.Namespace, overrides: dict, stream: BinaryIO) -> int:
+    """``--input``'s requests read, answered and written a group at a time (``answer_in_groups``); the summary line
+    on stderr; exit status 1 when some failed."""
+    counts = [0, 0]  # answered, failed
+    group = GROUP_BATCHES * pipe.buckets.batch[-1]
+
+    def pieces() -> Iterator[str]:
+        records = iter_jsonl(stream, args.input, jsonl_line_limit(pipe.prompts.max_chars))
+        for results in answer_in_groups(pipe, read_requests(records, overrides), group):
+            for r in results:
+                counts[not r.ok] += 1
+            yield "".join(json.dumps(r.to_dict()) + "\n" for r in results)
+
+    write_output_stream(args.output, pieces())
+    print(f"{PROG}: {counts[0]} answered, {counts[1]} failed", file=sys.stderr)
+    return 1 if counts[1] else 0
 
 
 if __name__ == "__main__":

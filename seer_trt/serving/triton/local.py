@@ -193,7 +193,7 @@ class LocalServer:
             ConfigError: ``repo`` is no repository seer-triton wrote, or no complete install is found; nothing
                 has started then.
         """
-        self.repo = check_served(Path(repo))
+        self.repo = check_served(Path(repo)).resolve()  # the server is told one path that means it from anywhere
         self.install = install or ServerInstall.find()
         self.start_timeout = start_timeout
         self.http_port = self.grpc_port = 0
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)  # fmt: skip
             server.process.wait()
         return 0
-    except SeerError as err:
+    except (SeerError, OSError) as err:  # an unreadable repository or install: one line, never a traceback
         print(f"seer-triton local: error: {err}", file=sys.stderr)
         return 2
 

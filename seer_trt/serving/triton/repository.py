@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import seer_trt
 from seer_trt.contracts.confined import MAX_TOKENIZER_BYTES, export_file, inside
 from seer_trt.contracts.errors import ConfigError, ManifestError
 from seer_trt.contracts.graphs import GraphSpec, image_graph
@@ -151,9 +152,10 @@ def check_export_files(folder: Path, manifest: Manifest) -> None:
         if entry != "tokenizer" and not entry.startswith("checksums."):  # graphs, their data, plans, the weights
             with contextlib.suppress(FileNotFoundError):  # a missing file is plan_repository's own error
                 export_file(folder, name, entry)
+    root = Path(folder).resolve()  # as ``inside`` resolves the paths below it, links and a relative folder alike
     tokenizer = inside(folder, manifest.tokenizer, "tokenizer")
     for path in sorted(tokenizer.rglob("*")):
-        name = path.relative_to(folder).as_posix()
+        name = path.relative_to(root).as_posix()
         if inside(folder, name, "tokenizer").is_dir():
             continue
         export_file(folder, name, "tokenizer", MAX_TOKENIZER_BYTES)
@@ -167,7 +169,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
     """What ``seer-triton`` writes for an export folder.
 
     Args:
-        folder: the export folder.
+        folder: the export folder (relative to the working folder, or absolute; links followed).
         flavour: "gpu" (TensorRT plans, or ONNX Runtime with the TensorRT accelerator) or "cpu" (Python-backend
             models running ONNX Runtime).
         name: the orchestrator's model name.
@@ -182,7 +184,9 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
         ConfigError: an unknown flavour, a bad name or instance count.
         ManifestError: no export at ``folder``, or a graph / plan it names is missing.
     """
-    folder = Path(folder)
+    # resolved once, as every path the export names is (``inside``), and as recorded in the repository: a relative
+    # folder means nothing to a server started elsewhere
+    folder = Path(folder).expanduser().resolve()
     if flavour not in FLAVOURS:
         raise ConfigError(f"unknown flavour {flavour!r}; choose from {FLAVOURS}")
     if not name or not all(c.isalnum() or c in "_-" for c in name):
@@ -194,7 +198,7 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
     manifest = Manifest.read(folder)
     check_export_files(folder, manifest)
     plans = engines(manifest) if flavour == "gpu" else {}
-    code_path = str(Path(__file__).resolve().parents[2])  # the folder holding the seer_trt package
+    code_path = str(Path(seer_trt.__file__).resolve().parents[1])  # the folder holding the seer_trt package
     components: dict[str, str] = {}
     models = []
     for graph in served_graphs(manifest):
