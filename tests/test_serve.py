@@ -203,6 +203,49 @@ def test_sampling_top_p_stop_and_the_cache_as_openai_clients_send_them(url, pipe
     assert neutral.choices[0].message.content == full
 
 
+STOPS = [  # (what, stop sequences, the answer "1 2 3 4 5 6 7" cut by them)
+    ("one arriving across pushes", [" 4 5"], "1 2 3"),
+    ("partial matches that turn out not to match", ["3 5", " 6 8"], "1 2 3 4 5 6 7"),
+    ("several: the one that ends first cuts", ["4 5 6", "5"], "1 2 3 4 "),
+    ("two ending at the same character: the longer", ["7", "6 7"], "1 2 3 4 5 "),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "stop", "expected"), STOPS, ids=[s[0] for s in STOPS])
+def test_streamed_and_whole_answers_are_cut_alike_and_count_what_they_return(http, pipe, what, stop, expected):
+    """The exact loop streams "1 2 3 4 5 6 7" in several chunks: whole and streamed, the stop sequences cut it at the
+    same character, and usage counts the answer ids of the text returned (3 for "1 2 3"), not those past the cut."""
+    body = chat_body(messages=user("count to 7 ."), decoding="fixed", stop=stop)
+    assert alone(pipe, "count to 7 .", decoding="fixed") == "1 2 3 4 5 6 7"
+    whole = http.post("/v1/chat/completions", json=body)
+    assert whole.status_code == 200, whole.text
+    streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    with http.stream("POST", "/v1/chat/completions", json=streamed) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    pieces = [e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]]
+    answer = whole.json()["choices"][0]
+    assert answer["message"]["content"] == "".join(pieces) == expected
+    assert [e["choices"][0].get("finish_reason") for e in events if e["choices"]][-1] == answer["finish_reason"]
+    assert answer["finish_reason"] == "stop"  # the stop sequence, or the answer's <|eot_id|> inside the window
+    used = whole.json()["usage"]["completion_tokens"]
+    assert events[-1]["usage"]["completion_tokens"] == used
+    tokens = pipe.prompts.tokenizer.encode(expected.strip(), add_special_tokens=False).ids
+    assert used == len(tokens) + expected.endswith(" "), (used, tokens)  # a trailing space comes with the next id
+
+
+def test_a_stop_longer_than_an_answer_can_hold_is_one_400(http, engine):
+    """Each stop sequence at most max_answer_chars (the largest answer bucket x the longest token and a separator):
+    four of that length are taken, one character more is refused before any work, naming the limit."""
+    limit = engine.limits.max_answer_chars
+    assert limit == engine.pipe.buckets.answer[-1] * (max(map(len, engine.pipe.prompts.tokenizer.get_vocab())) + 1)
+    longest = [("1 2 3 4 5 6 7 8 9 " * limit)[:limit], "1" * limit, "7 " * (limit // 2), "x" * limit]
+    r = http.post("/v1/chat/completions", json=chat_body(messages=user("count to 7 ."), stop=longest))
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "1 2 3 4 5 6 7", r.text
+    r = http.post("/v1/chat/completions", json=chat_body(stop=["a", "b" * (limit + 1)]))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
+    assert f"a sequence of {limit + 1} characters, more than the {limit} accepted" in r.json()["error"]["message"]
+
+
 def test_a_conversation_is_answered_after_its_earlier_turns(http, pipe):
     turns = [{"role": "system", "content": "you count ."}, *user("count to 2 ."), {"role": "assistant", "content": "1 2"},
              *user("count to 3 .")]  # fmt: skip
@@ -239,6 +282,10 @@ ERRORS = [  # (what, body or raw bytes, status, param)
     ("five stop sequences", chat_body(stop=["a", "b", "c", "d", "e"]), 400, "stop"),
     ("an empty stop sequence", chat_body(stop=""), 400, "stop"),
     ("top_p of 0", chat_body(top_p=0), 400, "top_p"),
+    ("top_p past 1", chat_body(top_p=1.5), 400, "top_p"),
+    ("a temperature past 2", chat_body(temperature=2.5), 400, "temperature"),
+    ("a temperature of 10^6", chat_body(temperature=1e6), 400, "temperature"),
+    ("a negative temperature", chat_body(temperature=-0.5), 400, "temperature"),
     ("not JSON", b"{not json", 400, None),
     ("no messages", {"model": MODEL}, 400, "messages"),
     ("empty messages", chat_body(messages=[]), 400, "messages"),
@@ -714,6 +761,9 @@ def test_a_shutdown_past_its_grace_ends_each_request_with_an_answer(fixture_expo
     (["--ray", "auto", "--header-timeout", "5"], "--header-timeout applies to seer-serve's own server"),
     (["--ray", "auto", "--port", "0"], "--port 0 (any free port) is not possible with --ray"),
     (["--ray", "auto", "--provider", "cuda"], "runs on a GPU: pass --gpus-per-replica 1"),
+    *((["--ray", bad], f"--ray {bad} is not a Ray address; pass the head's HOST:PORT")
+      for bad in ("garbage", "127.0.0.1:", ":6379", "ray://127.0.0.1", "http://127.0.0.1:8265", "127.0.0.1:70000",
+                  "127.0.0.1:0", "::1:6379", "ray://", "")),
 ])  # fmt: skip
 def test_bad_flags_are_one_line_before_anything_opens(tmp_path, flags, words):
     r = subprocess.run([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(tmp_path / "none"), *flags],
@@ -721,20 +771,24 @@ def test_bad_flags_are_one_line_before_anything_opens(tmp_path, flags, words):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
 
 
-def test_seer_serve_ray_without_a_cluster_there_is_one_line_at_once(fixture_export):
-    """--ray at an address nothing listens on: exit 2 and one line naming it, not Ray's client retrying for minutes
-    (the cluster itself: tests/test_ray.py)."""
+@pytest.mark.parametrize("form", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}", "[::1]:{port}"])
+def test_seer_serve_ray_without_a_cluster_there_is_one_line_at_once(fixture_export, form):
+    """--ray at an address nothing listens on, in each form that names one: exit 2 and one line naming it, not Ray's
+    client retrying for minutes (the cluster itself: tests/test_ray.py)."""
     import socket
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    start = time.monotonic()
+    family, host = (socket.AF_INET6, "::1") if form.startswith("[") else (socket.AF_INET, "127.0.0.1")
+    try:
+        with socket.socket(family) as s:  # a port nothing listens on
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    address = form.format(port=port)
     r = subprocess.run([sys.executable, "-m", "seer_trt.cli.serve", "--engines", str(fixture_export[0]), "--ray",
-                        f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=120)  # fmt: skip
+                        address], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert f"--ray 127.0.0.1:{port}: no Ray cluster answers there (Connection refused)" in r.stderr
-    assert time.monotonic() - start < 60
+    assert f"--ray {address}: no Ray cluster answers there (Connection refused)" in r.stderr
 
 
 def test_connections_to_seer_serves_socket_send_without_delay():

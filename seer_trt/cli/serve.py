@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from seer_trt.cli.common import Parser, add_backend, add_engines, add_verbose, require_extra, run_main
@@ -65,10 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "grows by up to this much after warm-up (default: the backend's, 512)")  # fmt: skip
     r = ap.add_argument_group('Ray Serve (docs/DESIGN.md "Scaling out"; needs the ray extra)')
     r.add_argument("--ray", metavar="ADDRESS",
-                   help="deploy on a running Ray cluster instead of serving here: replicas of this server, one "
-                   "engine each, behind Ray Serve's proxy on --host:--port (ADDRESS: the head's host:port, or "
-                   "auto). Ctrl-C or SIGTERM removes the application (replicas finish what they hold within "
-                   "--grace) and leaves the cluster running")  # fmt: skip
+                   help="deploy on a Ray cluster instead of serving here: replicas of this server, one engine each, "
+                   "behind Ray Serve's proxy on --host:--port. ADDRESS: the head's HOST:PORT (its GCS port, 6379 "
+                   "by default), ray://HOST:PORT (its Ray Client server, 10001 by default), auto (the cluster "
+                   "this machine runs, or $RAY_ADDRESS) or local (a cluster of its own, started here and stopped "
+                   "with seer-serve). Ctrl-C or SIGTERM removes the application (replicas finish what they hold "
+                   "within --grace) and leaves a running cluster running")  # fmt: skip
     r.add_argument("--replicas", type=int, default=1, help="with --ray: replicas (default: 1)")
     r.add_argument("--autoscale", metavar="MIN:MAX",
                    help="with --ray: scale between MIN and MAX replicas on ongoing requests per replica (target "
@@ -87,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 RAY_ONLY = ("replicas", "autoscale", "gpus_per_replica", "cpus_per_replica")
+RAY_WORDS = ("auto", "local")  # ray.init's addresses that name no host: find the cluster, or start one here
+# ray.init's HOST:PORT, bare (the GCS) or ray:// (the Ray Client server); an IPv6 host in brackets
+RAY_ADDRESS = re.compile(r"(?:ray://)?(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]+)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +124,7 @@ def check_flags(args: argparse.Namespace) -> None:
             raise InputError(f"{', '.join(given)} apply with --ray ADDRESS (a Ray cluster's replicas); without it "
                              f"seer-serve is one engine in this process")  # fmt: skip
         return
+    ray_address(args.ray)
     if args.replicas < 1:
         raise InputError(f"--replicas {args.replicas} must be at least 1")
     if args.autoscale is not None:
@@ -210,6 +217,24 @@ def work(args: argparse.Namespace) -> int:
     return 0
 
 
+def ray_address(text: str) -> tuple[str, int] | None:
+    """--ray's (host, port), or None for ``auto`` and ``local`` (Ray finds the cluster, or starts one here): the
+    forms ``ray.init`` takes, checked before Ray sees them (Ray answers the others with a traceback).
+
+    Raises:
+        InputError: not one of those forms, or a port outside 1-65535.
+    """
+    if text in RAY_WORDS:
+        return None
+    match = RAY_ADDRESS.fullmatch(text)
+    port = int(match["port"]) if match else 0
+    if not 0 < port < 2**16:
+        raise InputError(f"--ray {text} is not a Ray address; pass the head's HOST:PORT (its GCS port, 6379 by "
+                         f"default), ray://HOST:PORT (its Ray Client server, 10001 by default), auto (the cluster "
+                         f"this machine runs) or local (a cluster started here)")  # fmt: skip
+    return match["v6"] or match["host"], port
+
+
 def autoscale_range(text: str | None) -> tuple[int, int] | None:
     """--autoscale MIN:MAX as (MIN, MAX); None when not given.
 
@@ -250,12 +275,22 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
     import contextlib
     import signal
     import time
+    import warnings
 
     require_extra(PROG, ("ray",), "ray")
     from seer_trt.contracts.manifest import Manifest
     from seer_trt.contracts.signals import Interrupted
 
     Manifest.read(args.engines)  # a bad export is one line here, not a replica failing to start on every node
+    address = ray_address(args.ray)
+    if address is not None:  # Ray's client retries a dead address for minutes: one line now
+        import socket
+
+        try:
+            socket.create_connection(address, timeout=10).close()
+        except OSError as err:
+            raise InputError(f"--ray {args.ray}: no Ray cluster answers there ({err.strerror or err}); start one "
+                             f"with ray start --head, or pass its address") from None  # fmt: skip
     import ray
     from ray import serve
 
@@ -264,18 +299,11 @@ def on_ray(args: argparse.Namespace, key: str | None) -> int:
     def stop(signum, frame):
         raise Interrupted(signum)
 
-    host, _, port = args.ray.rpartition(":")
-    if "://" not in args.ray and port.isdigit():  # Ray's client retries a dead address for minutes: one line now
-        import socket
-
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
-        except OSError as err:
-            raise InputError(f"--ray {args.ray}: no Ray cluster answers there ({err.strerror or err}); start one "
-                             f"with ray start --head, or pass its address") from None  # fmt: skip
     try:
-        ray.init(address=args.ray, logging_level="ERROR", log_to_driver=args.verbose)
-    except (ConnectionError, RuntimeError) as err:
+        with warnings.catch_warnings():  # the client's timeout is a warning line before its error: the error says it
+            warnings.simplefilter("ignore")
+            ray.init(address=args.ray, logging_level="ERROR", log_to_driver=args.verbose)
+    except (ConnectionError, RuntimeError, ValueError) as err:  # ValueError: a malformed $RAY_ADDRESS under auto
         raise InputError(f"--ray {args.ray}: no Ray cluster answers there ({str(err).splitlines()[0]}); start one "
                          f"with ray start --head, or pass its address") from None  # fmt: skip
     for signum in (signal.SIGTERM, signal.SIGHUP):  # after ray.init, whose core worker installs its own

@@ -41,6 +41,7 @@ import numpy as np
 
 from seer_trt.contracts.errors import SeerError, describe
 from seer_trt.runtime.pipeline import Checked, GroupRun, SeerPipeline
+from seer_trt.runtime.prompt import longest_token
 from seer_trt.runtime.request import Request, Result
 
 Prefix = Callable[[list[int]], None]  # called from the engine thread with the ids newly final, in order
@@ -117,6 +118,9 @@ class Limits:
 
     max_prompt_chars: int  # the prompt's and system message's characters together
     max_image_bytes: int  # one encoded image
+    # an answer's characters at most: the largest answer bucket x (the vocabulary's longest token + a separator a
+    # decoder may write between two ids, as WordLevel's does); a stop sequence longer than this could never match
+    max_answer_chars: int
 
 
 class EngineClient(Protocol):
@@ -213,7 +217,8 @@ class Engine:
 
     @property
     def limits(self) -> Limits:
-        return Limits(self.pipe.prompts.max_chars, self.pipe.image_limits.bytes)
+        answer_chars = self.pipe.buckets.answer[-1] * (longest_token(self.pipe.prompts.tokenizer) + 1)
+        return Limits(self.pipe.prompts.max_chars, self.pipe.image_limits.bytes, answer_chars)
 
     @property
     def eot_id(self) -> int:

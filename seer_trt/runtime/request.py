@@ -5,7 +5,6 @@ construction so a malformed one fails alone with one line) and ``Result`` (its a
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from seer_trt.contracts.config import REMASKINGS, parse_decoding
+from seer_trt.contracts.config import REMASKINGS, GenerationConfig, parse_decoding
 from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.contracts.policies import CACHE_MODES, CacheConfig
 from seer_trt.runtime.image import Image
@@ -47,15 +46,16 @@ def check_settings(gen_length: Any = None, steps: Any = None, block_length: Any 
     """The types of generation overrides (None: the export's default), so a bad one fails with one line.
 
     Raises:
-        InputError: a count that is not a whole number, a temperature that is not a finite number, a remasking
-            that is not text, a decoding rule that is not fixed, threshold:TAU or factor:F.
+        InputError: a count that is not a whole number, a temperature that is not a number in [0, 2] (OpenAI's
+            range: ``GenerationConfig.MAX_TEMPERATURE``), a remasking that is not text, a decoding rule that is not
+            fixed, threshold:TAU or factor:F.
     """
     for name, value in (("gen_length", gen_length), ("steps", steps), ("block_length", block_length)):
         if value is not None and not _is_int(value):
             raise InputError(f"{name} is {value!r}; expected a whole number")
-    t = temperature
-    if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t)):
-        raise InputError(f"temperature is {t!r}; expected a finite number >= 0 (0: greedy)")
+    t, most = temperature, GenerationConfig.MAX_TEMPERATURE
+    if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not 0 <= t <= most):
+        raise InputError(f"temperature is {t!r}; expected a number in [0, {most:g}] (0: greedy; OpenAI's range)")
     if remasking is not None and not isinstance(remasking, str):
         raise InputError(f"remasking is {remasking!r}; expected one of {list(REMASKINGS)}")
     if decoding is not None:

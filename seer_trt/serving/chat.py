@@ -1,16 +1,19 @@
 """The OpenAI chat-completions schema of ``seer-serve`` (docs/DESIGN.md "Serving and embedding"): a client's body,
 as pydantic models, becomes one ``Request``; one ``Result`` becomes the response body.
 
-In:  a ``POST /v1/chat/completions`` body: ``messages`` (an optional system turn, then one user turn whose content
-     is text or parts: text, and at most one image as a ``data:image/...;base64,`` URL), the OpenAI settings this
-     model has (``max_tokens`` / ``max_completion_tokens``: the answer window, ``temperature``, ``seed``,
-     ``stream``, ``stream_options``, ``n`` = 1) and seer-trt's own (``seer``, ``early_stop``, ``decoding``,
-     ``steps``).
+In:  a ``POST /v1/chat/completions`` body: ``messages`` (an optional system turn, then user and assistant turns
+     alternating from the user's first to the user's question; the question's content is text or parts: text, and
+     at most one image as a ``data:`` URL or, where the server fetches them, an http(s) URL), the OpenAI settings
+     this model has (``max_tokens`` / ``max_completion_tokens``: the answer window, ``temperature`` in [0, 2],
+     ``top_p`` in (0, 1], ``seed``, ``stop``, ``stream``, ``stream_options``, ``n`` = 1) and seer-trt's own
+     (``seer``, ``early_stop``, ``decoding``, ``remasking``, ``steps``, ``cache``, ``refresh_interval``).
 Out: a ``Request`` for the engine; the bodies of ``chat.completion``, of a stream's ``chat.completion.chunk``s
-     (``TextStream`` turns answer ids as they become final into text deltas) and of OpenAI's error object.
+     (``TextStream`` turns answer ids as they become final into text deltas, cut at a stop sequence by the rule of
+     ``seer_trt.serving.stops``) and of OpenAI's error object.
 
-Multi-turn conversations are refused: the runtime's prompt format (``seer_trt.runtime.prompt.ChatFormat``) places
-one system and one user message, so an earlier turn could not be kept apart from its control tokens as it is.
+A conversation becomes one ``Request``: its last message the prompt, the turns before it its ``history``, which the
+runtime's chat template (``seer_trt.runtime.prompt.ChatFormat``) places as text between its control tokens, so an
+earlier turn cannot pass for one; turns out of order, a tool message or an image in an earlier turn are refused.
 """
 
 from __future__ import annotations
@@ -20,12 +23,17 @@ import binascii
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from seer_trt.contracts.config import GenerationConfig
 from seer_trt.contracts.errors import SeerError
 from seer_trt.runtime.request import Request, Result
+from seer_trt.serving.stops import StopScan, ids_holding
+
+if TYPE_CHECKING:
+    from seer_trt.runtime.engine import Limits
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
@@ -63,7 +71,7 @@ class TextPart(BaseModel):
 
 class ImageUrl(BaseModel):
     model_config = STRICT
-    url: str  # data:image/png;base64,... (http(s) URLs are refused)
+    url: str  # data:image/png;base64,..., or an http(s) URL where the server fetches them (--allow-image-urls)
     detail: Literal["auto", "low", "high"] | None = None  # accepted, unused: the export's tiling decides
 
 
@@ -94,14 +102,15 @@ class ChatRequest(BaseModel):
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)  # the answer window N (gen_length)
     max_completion_tokens: int | None = Field(None, ge=1)  # the same, OpenAI's newer name
-    temperature: float | None = Field(None, ge=0)  # 0: greedy; > 0 needs an export with denoise_logits
+    # 0: greedy; > 0 samples (from denoise_logits where the export has it); OpenAI's range
+    temperature: float | None = Field(None, ge=0, le=GenerationConfig.MAX_TEMPERATURE)
     seed: int | None = Field(None, ge=0, lt=2**63)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)  # answers per request: 1 only
     user: str | None = None  # accepted, unused
     top_p: float | None = Field(None, gt=0, le=1)  # nucleus sampling at temperature > 0
-    stop: str | list[str] | None = None  # up to 4 sequences: the answer ends before the first of them
+    stop: str | list[str] | None = None  # up to 4 sequences: the answer ends before the first to end (stops.py)
     # OpenAI fields this model cannot honour: accepted at their neutral value, one clear 400 otherwise (UNSUPPORTED)
     tools: list[Any] | None = None
     tool_choice: Any = None
@@ -158,7 +167,9 @@ def parse(body: bytes) -> ChatRequest:
         if first["type"] == "extra_forbidden":
             raise ApiError(f"unknown field {param}; this server takes {sorted(ChatRequest.model_fields)} (seer-trt's "
                            f"own: seer, early_stop, decoding, remasking, steps, cache, refresh_interval)", 400, param) from None  # fmt: skip
-        raise ApiError(f"{param or 'the body'}: {first['msg']}", 400, param) from None
+        found = first.get("input")  # the value refused, when it is one short value (not a message or a list)
+        got = f" (got {found!r:.40})" if isinstance(found, bool | int | float | str) else ""
+        raise ApiError(f"{param or 'the body'}: {first['msg']}{got}", 400, param) from None
 
 
 DATA_URL = re.compile(r"data:(image/[\w.+-]+)(?:;[\w=.+-]+)*;base64,(.*)", re.S)
@@ -243,32 +254,33 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
 MAX_STOP = 4  # OpenAI's bound on stop sequences
 
 
-def stops(chat: ChatRequest) -> tuple[str, ...]:
-    """The body's stop sequences.
+def stops(chat: ChatRequest, max_chars: int) -> tuple[str, ...]:
+    """The body's stop sequences, each at most ``max_chars`` characters (``Limits.max_answer_chars``: a longer one
+    could never end an answer, and matching costs grow with its length).
 
     Raises:
-        ApiError: 400, more than four, or an empty one.
+        ApiError: 400, more than four, an empty one, or one past ``max_chars``.
     """
     seqs = () if chat.stop is None else (chat.stop,) if isinstance(chat.stop, str) else tuple(chat.stop)
     if len(seqs) > MAX_STOP:
         raise ApiError(f"stop has {len(seqs)} sequences; send at most {MAX_STOP}", 400, "stop")
     if any(not q for q in seqs):
         raise ApiError("stop holds an empty sequence; every stop sequence needs a character", 400, "stop")
+    longest = max(map(len, seqs), default=0)
+    if longest > max_chars:
+        raise ApiError(f"stop holds a sequence of {longest} characters, more than the {max_chars} accepted (what "
+                       f"the largest answer window can hold, max_answer_chars: a longer one could never match); "
+                       f"send a shorter one", 400, "stop")  # fmt: skip
     return seqs
 
 
-def cut_at_stop(text: str, seqs: tuple[str, ...]) -> tuple[str, bool]:
-    """``text`` up to (without) the first of ``seqs`` in it, and whether one was there."""
-    hits = [i for i in (text.find(q) for q in seqs) if i >= 0]
-    return (text[: min(hits)], True) if hits else (text, False)
-
-
-def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, bytes] | None = None) -> Request:
+def to_request(chat: ChatRequest, limits: Limits, fetched: Mapping[str, bytes] | None = None) -> Request:
     """The ``Request`` of a chat body: its last message the user's prompt, the turns before it its ``history``, a
-    system message its ``system``.
+    system message its ``system``; its stop sequences checked against ``limits`` (``stops``).
 
     Raises:
-        ApiError: 400, n other than 1, conflicting window sizes, turns out of order, a bad image.
+        ApiError: 400, n other than 1, a stop sequence refused, conflicting window sizes, turns out of order, a
+            bad image.
         InputError: a field ``Request`` refuses (a lone surrogate in the text, a malformed decoding rule).
     """
     if chat.n != 1:
@@ -276,14 +288,14 @@ def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, by
     for name, (neutral, why) in UNSUPPORTED.items():
         if not neutral(getattr(chat, name)):
             raise ApiError(f"{name}: {why}", 400, name)
-    stops(chat)
+    stops(chat, limits.max_answer_chars)
     windows = {w for w in (chat.max_tokens, chat.max_completion_tokens) if w is not None}
     if len(windows) > 1:
         raise ApiError(f"max_tokens {chat.max_tokens} and max_completion_tokens {chat.max_completion_tokens} differ; "
                        f"send one of them", 400, "max_completion_tokens")  # fmt: skip
 
     def decode(url: str, param: str) -> bytes:
-        return image_bytes(url, param, max_image_bytes, fetched)
+        return image_bytes(url, param, limits.max_image_bytes, fetched)
 
     systems = [i for i, m in enumerate(chat.messages) if m.role in ("system", "developer")]
     turns = [i for i, m in enumerate(chat.messages) if m.role not in ("system", "developer")]
@@ -319,7 +331,7 @@ def to_request(chat: ChatRequest, max_image_bytes: int, fetched: Mapping[str, by
 
 class Usage(BaseModel):
     prompt_tokens: int  # prompt ids of the chat-formatted prompt (an image counts as one placeholder id)
-    completion_tokens: int  # answer ids (Result.token_ids)
+    completion_tokens: int  # answer ids returned: Result.token_ids, up to the cut when a stop sequence ended it
     total_tokens: int
 
 
@@ -404,8 +416,10 @@ def seer_info(request: Request, gen, cache: str, result: Result) -> SeerInfo:
                     cache=cache, refreshes=result.refreshes)  # fmt: skip
 
 
-def usage(prompt_tokens: int, result: Result) -> Usage:
-    n = len(result.token_ids)
+def usage(prompt_tokens: int, result: Result, text: str, decode: Callable[[list[int]], str]) -> Usage:
+    """The tokens of a request whose answer returned ``text``: the whole ``Result.text``, or less when a stop
+    sequence cut it, which then counts only the ids that text holds (``ids_holding``)."""
+    n = len(result.token_ids) if text == result.text else ids_holding(result.token_ids, text, decode)
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=n, total_tokens=prompt_tokens + n)
 
 
@@ -416,11 +430,13 @@ def now() -> int:
 class TextStream:
     """Answer ids as they become final -> the text to send: each time the new suffix of the whole final prefix,
     decoded, held back while that text does not extend what was sent (a character whose bytes are not all final,
-    a merge a later id changes)."""
+    a merge a later id changes) and while it may begin a stop sequence. The stop sequences cut it where they cut the
+    whole answer (``seer_trt.serving.stops``), and a push scans only the text that is new: its cost grows with that
+    text, not with the sequences' length."""
 
     def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = ()) -> None:
         self.decode = decode
-        self.stop = stop  # the answer ends before the first of these; text that may begin one is held back
+        self.scan = StopScan(stop)  # the answer ends before the first of these to end; text that may begin one waits
         self.stopped = False  # a stop sequence was met: nothing more is sent
         self.ids: list[int] = []
         self.sent = ""
@@ -436,11 +452,14 @@ class TextStream:
     def _extend(self, text: str, hold_partial: bool) -> str:
         if self.stopped:
             return ""
-        text, self.stopped = cut_at_stop(text, self.stop)
-        if hold_partial and not self.stopped:  # a stop sequence may begin in the text's last characters
-            held = max((k for q in self.stop for k in range(1, len(q)) if text.endswith(q[:k])), default=0)
-            text = text[: len(text) - held]
-        if not text.startswith(self.sent) or (hold_partial and text.endswith("\ufffd")):
+        if hold_partial:  # a character whose bytes are not all final yet decodes as U+FFFD: not scanned, not sent
+            text = text.rstrip("\ufffd")
+        cut = self.scan.feed(text)
+        if cut is not None:
+            text, self.stopped = text[:cut], True
+        elif hold_partial:  # a stop sequence may begin in the text's last characters
+            text = text[: len(text) - self.scan.held]
+        if not text.startswith(self.sent):
             return ""
         delta, self.sent = text[len(self.sent) :], text
         return delta

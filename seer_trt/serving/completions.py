@@ -10,7 +10,9 @@ Out: OpenAI's ``chat.completion`` body, or Server-Sent Events with one chunk per
          ─► engine.submit ─► engine thread: on_prefix(ids) / the ticket's future
          ─► loop.call_soon_threadsafe ─► asyncio.Queue ─► JSON body, or SSE chunks
 
-A client that disconnects cancels its ticket (the row leaves at the next step boundary).
+A client that disconnects cancels its ticket (the row leaves at the next step boundary). Stop sequences cut the
+answer by one rule, whole or streamed (``seer_trt.serving.stops``); their scans run in a worker thread, so a request
+with long ones never holds the event loop.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from fastapi import Request as HttpRequest
 from fastapi.responses import Response, StreamingResponse
 
 from seer_trt.contracts.errors import ConfigError, InputError
-from seer_trt.runtime.engine import Cancelled, DeadlineExceeded, EngineClient, QueueFull, Ticket
+from seer_trt.runtime.engine import Cancelled, DeadlineExceeded, EngineClient, Limits, QueueFull, Ticket
 from seer_trt.runtime.pipeline import Checked
 from seer_trt.runtime.request import Result
 from seer_trt.serving import chat
 from seer_trt.serving.chat import ApiError
+from seer_trt.serving.stops import cut_at_stop
 
 if TYPE_CHECKING:
     from seer_trt.serving.metrics import Metrics
@@ -46,7 +49,7 @@ class Service:
     eot_id: int  # <|eot_id|>: an answer that reached it inside the window finished with "stop"
     metrics: Metrics
     decode: Callable[[list[int]], str]  # answer ids -> text, special tokens dropped (as Result.text)
-    image_bytes: int  # the largest encoded image
+    limits: Limits  # what a request may hold: its image's bytes, its stop sequences' characters
     allow_image_urls: bool  # fetch http(s) image URLs (else: 400)
     timeout_s: float | None  # each request's deadline from its arrival
     draining: bool = False  # uvicorn is shutting down: requests on open connections get 503
@@ -74,13 +77,13 @@ async def complete(service: Service, http: HttpRequest):
         remote = chat.remote_images(body)
         if remote:  # the whole request checked first, its image URLs unread: a request that will be refused fetches
             try:  # nothing, and one that passes holds one image (one fetch)
-                chat.to_request(body, service.image_bytes, dict.fromkeys((u for u, _ in remote), b""))
+                chat.to_request(body, service.limits, dict.fromkeys((u for u, _ in remote), b""))
             except (InputError, ConfigError) as err:
                 raise ApiError(str(err), 400) from None
-        fetched = {url: await fetch_image(url, param, service.image_bytes, service.image_url_timeout_s)
+        fetched = {url: await fetch_image(url, param, service.limits.max_image_bytes, service.image_url_timeout_s)
                    for url, param in remote}  # fmt: skip
     try:
-        request = chat.to_request(body, service.image_bytes, fetched)
+        request = chat.to_request(body, service.limits, fetched)
         # settings and prompt checked before queueing (cheap; tokenizing off the event loop): a bad one is a 400
         # without a queue slot; the ids are the usage's prompt tokens and go on to the engine as they are
         checked = await asyncio.to_thread(service.engine.check, request)
@@ -100,7 +103,7 @@ async def complete(service: Service, http: HttpRequest):
         raise ApiError(str(err), 429, code="queue_full", retry_after_s=1) from None
     ticket.future.add_done_callback(lambda f: post(("done", f)))
     gone = asyncio.ensure_future(disconnected(http.receive))
-    reply = Reply(ticket, events, gone, checked, service, chat.stops(body))
+    reply = Reply(ticket, events, gone, checked, service, chat.stops(body, service.limits.max_answer_chars))
     if body.stream:
         return await reply.stream(body.stream_options is not None and body.stream_options.include_usage)
     return await reply.whole()
@@ -196,6 +199,17 @@ class Reply:
         if not self.ticket.future.done():
             self.ticket.cancel()
 
+    async def _text(self, fn, *args):
+        """``fn(*args)``, the answer's text work (decoding, stop sequences): in a worker thread when the request has
+        stop sequences, whose scans grow with the text and build tables as long as the sequences, so the event loop
+        keeps answering meanwhile; inline otherwise (a decode of the ids so far)."""
+        return await asyncio.to_thread(fn, *args) if self.stop else fn(*args)
+
+    def _cut(self, result: Result) -> tuple[str, bool, chat.Usage]:
+        """The whole answer's text cut at its first stop sequence, whether one cut it, and the usage it returns."""
+        text, stopped = cut_at_stop(result.text, self.stop)
+        return text, stopped, chat.usage(self.prompt_tokens, result, text, self.decode)
+
     async def whole(self):
         try:
             event = await next_event(self.events, self.gone)
@@ -204,12 +218,12 @@ class Reply:
             result = self.result(event[1])
         finally:
             self._end()
-        text, stopped = chat.cut_at_stop(result.text, self.stop)
+        text, stopped, usage = await self._text(self._cut, result)
         return chat.ChatCompletion(
             id=self.id, created=self.created, model=self.model,
             choices=[chat.Choice(message=chat.AssistantMessage(content=text),
                                  finish_reason="stop" if stopped else chat.finish_reason(result, self.eot_id))],
-            usage=chat.usage(self.prompt_tokens, result), seer=chat.seer_info(self.request, self.gen, self.cache, result),
+            usage=usage, seer=chat.seer_info(self.request, self.gen, self.cache, result),
         ).model_dump()  # fmt: skip
 
     async def stream(self, include_usage: bool):
@@ -234,13 +248,13 @@ class Reply:
         return f"data: {chunk.model_dump_json(exclude_none=True)}\n\n"
 
     async def _chunks(self, event, include_usage: bool):
-        text = chat.TextStream(self.decode, self.stop)
         try:
+            text = await self._text(chat.TextStream, self.decode, self.stop)
             yield self._chunk(chat.Delta(role="assistant", content=""))
             while event is not None:
                 kind, value = event
                 if kind == "ids":
-                    delta = text.push(value)
+                    delta = await self._text(text.push, value)
                     if delta:
                         yield self._chunk(chat.Delta(content=delta))
                     event = await next_event(self.events, self.gone)
@@ -252,14 +266,15 @@ class Reply:
                     yield f"data: {json.dumps(err.body())}\n\n"
                     yield "data: [DONE]\n\n"
                     return
-                rest = text.finish(result.text)
+                rest = await self._text(text.finish, result.text)
                 if rest:
                     yield self._chunk(chat.Delta(content=rest))
                 finish = "stop" if text.stopped else chat.finish_reason(result, self.eot_id)
                 yield self._chunk(chat.Delta(), finish,
                                   seer=chat.seer_info(self.request, self.gen, self.cache, result))  # fmt: skip
-                if include_usage:
-                    yield self._chunk(chat.Delta(), usage=chat.usage(self.prompt_tokens, result), choices=False)
+                if include_usage:  # what was sent: the whole answer, or its text before the stop sequence
+                    usage = await self._text(chat.usage, self.prompt_tokens, result, text.sent, self.decode)
+                    yield self._chunk(chat.Delta(), usage=usage, choices=False)
                 yield "data: [DONE]\n\n"
                 return
         finally:

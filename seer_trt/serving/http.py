@@ -50,8 +50,8 @@ def create_app(engine: EngineClient, model_name: str, api_key: str | None = None
             (default: 8 of the largest bodies).
     """
     limits = engine.limits
-    service = Service(engine, model_name, engine.eot_id, Metrics(engine), engine.decode, limits.max_image_bytes,
-                      allow_image_urls, timeout_s, image_url_timeout_s=image_url_timeout_s)  # fmt: skip
+    service = Service(engine, model_name, engine.eot_id, Metrics(engine), engine.decode, limits, allow_image_urls,
+                      timeout_s, image_url_timeout_s=image_url_timeout_s)  # fmt: skip
     metrics, created = service.metrics, chat.now()
 
     @contextlib.asynccontextmanager
@@ -101,7 +101,7 @@ def create_app(engine: EngineClient, model_name: str, api_key: str | None = None
     async def completions(http: HttpRequest):
         return await complete(service, http)
 
-    max_body = max_body_bytes or body_limit(limits.max_prompt_chars, limits.max_image_bytes)
+    max_body = max_body_bytes or body_limit(limits.max_prompt_chars, limits.max_image_bytes, limits.max_answer_chars)
     most = max_requests or engine.capacity + 16
     app.add_middleware(Guard, api_key=api_key, max_body=max_body, metrics=metrics, max_requests=most,
                        body_timeout_s=body_timeout_s, max_held_bytes=max_held_bytes or HELD_BODIES * max_body)  # fmt: skip

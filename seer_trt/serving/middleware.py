@@ -54,10 +54,11 @@ def trim_heap() -> None:
         _trim.release()
 
 
-def body_limit(max_chars: int, max_image_bytes: int) -> int:
-    """The most bytes a request body may take: its text at ``max_chars`` characters as JSON escapes at worst (12
-    bytes: a surrogate pair of ``\\uXXXX``, as a JSONL line), the largest image as base64, and ``BODY_SLACK``."""
-    return 12 * max_chars + -(-4 * max_image_bytes // 3) + BODY_SLACK
+def body_limit(max_chars: int, max_image_bytes: int, max_stop_chars: int = 0) -> int:
+    """The most bytes a request body may take: its text, ``max_chars`` characters of messages and ``chat.MAX_STOP``
+    stop sequences of ``max_stop_chars`` (``Limits.max_answer_chars``), as JSON escapes at worst (12 bytes: a
+    surrogate pair of ``\\uXXXX``, as a JSONL line), the largest image as base64, and ``BODY_SLACK``."""
+    return 12 * (max_chars + chat.MAX_STOP * max_stop_chars) + -(-4 * max_image_bytes // 3) + BODY_SLACK
 
 
 def error_response(err: ApiError) -> JSONResponse:
@@ -185,5 +186,5 @@ class Guard:
     def _too_large(self, size: int, more: bool = False) -> ApiError:
         what = f"more than {size}" if more else str(size)
         return ApiError(f"the request body is {what} bytes, more than the {self.max_body} accepted (the longest "
-                        f"prompt and the largest image as base64); send a smaller one", 413,
+                        f"prompt and stop sequences and the largest image as base64); send a smaller one", 413,
                         code="request_too_large")  # fmt: skip
