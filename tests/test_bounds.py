@@ -62,6 +62,41 @@ def peak_mb() -> str:
     return "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024"
 
 
+# --- what a checkpoint's config.json or an export's manifest says is bounded before any work (issue 42) ------------
+
+
+def test_a_config_or_a_calibration_past_its_bounds_is_one_line_before_any_work(tmp_path):
+    """A config.json of a million layers (seer-export built layers at 50 MB/s until killed) is refused against the
+    checkpoint's tensors before torch is imported; a manifest asking the cost model's calibration for 10^9 repeats
+    (seer-serve never listened) is refused before ONNX Runtime is: one line each, exit 2."""
+    from test_manifest import edited, make_manifest
+
+    ckpt = shutil.copytree(FIXTURE, tmp_path / "ckpt")
+    config = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1_000_000}))
+    export = tmp_path / "engines"
+    export.mkdir()
+    data = edited(make_manifest("float32").to_dict(), "cost_calibration.repeats", 10**9)
+    (export / "manifest.json").write_text(json.dumps(data))
+    runs = {
+        "seer_export.cli": (["--checkpoint", str(ckpt), "--out", str(tmp_path / "out"), "--no-validate"],
+                            "num_hidden_layers 1000000 (decoder layers), the tensors hold 8"),
+        "seer_trt.cli.serve": (["--engines", str(export), "--port", "0"],
+                               "calibration repeats must be a whole number in [1, 20]"),
+    }  # fmt: skip
+    for module, (argv, message) in runs.items():
+        found = child(f"""
+            import contextlib, io, json, sys
+            from {module} import main
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = main({argv!r})
+            print(json.dumps({{"rc": rc, "err": err.getvalue(), "heavy": sorted({{"torch", "onnxruntime"}} & set(sys.modules))}}))
+        """)  # fmt: skip
+        assert found["rc"] == 2 and message in one_line(found["err"]) and found["heavy"] == [], (module, found)
+    assert not (tmp_path / "out").exists()
+
+
 # --- prompt text is bounded before templating and tokenizing ----------------------------------------------------
 
 

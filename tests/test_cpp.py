@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ort_sessions import telemetry_env
+from test_manifest import BOUNDS
 
 from seer_trt.contracts.config import SeerConfig, canonical_decoding
 from seer_trt.contracts.errors import InputError, ManifestError
@@ -244,7 +245,7 @@ def test_both_runtimes_shape_a_window_by_the_manifests_rule(lib, folder, cpp_req
         ("lengths", {"blocks": "cap"}, "needs size"),
         ("lengths", {"blocks": "split", "count": 0}, "count must be a whole number >= 1"),
         ("cost_calibration", {"shapes": [[1, 0, 4]], "repeats": 5}, "one or more \\[rows, prompt, answer\\]"),
-        ("cost_calibration", {"shapes": [[1, 16, 4]], "repeats": 0}, "repeats must be a whole number >= 1"),
+        ("cost_calibration", {"shapes": [[1, 16, 4]], "repeats": 0}, "repeats must be a whole number in \\[1, 20\\]"),
     ],
 )
 def test_both_runtimes_refuse_a_bad_window_rule_or_calibration(lib, folder, tmp_path, key, value, match):
@@ -254,6 +255,56 @@ def test_both_runtimes_refuse_a_bad_window_rule_or_calibration(lib, folder, tmp_
         SeerPipeline.from_manifest(d)
     with pytest.raises(ManifestError, match=match):
         CppPipeline(lib, d, ort_library=ort_library())
+
+
+@pytest.mark.parametrize("case", list(BOUNDS))
+def test_both_runtimes_refuse_what_a_manifest_says_past_its_own_model(cpp_build, lib, folder, tmp_path, case):
+    """Special ids and image marker ids inside the vocabulary, the probe layer inside the model, the dims >= 1, the cost
+    model's calibration inside its ceilings (issue 42): tests/test_manifest.py's cases, refused with the same words by
+    SeerPipeline, the C ABI and cpp/build/seer_run (exit 2, one line) before anything is allocated or timed."""
+    from test_manifest import edited
+
+    path, value, message = BOUNDS[case]
+    d = calibrated_copy(folder, tmp_path / "bad")
+    (d / "manifest.json").write_text(json.dumps(edited(json.loads((d / "manifest.json").read_text()), path, value)))
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        SeerPipeline.from_manifest(d)
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        CppPipeline(lib, d, ort_library=ort_library())
+    (tmp_path / "r.jsonl").write_text('{"prompt_ids": [1, 2]}\n')
+    out = run_cli([cpp_build / "seer_run", "--engines", d, "--input", tmp_path / "r.jsonl", "--ort-library",
+                   ort_library()], timeout=60)  # fmt: skip
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_model_that_answers_mask_ids_fails_those_requests(cpp_build, lib, folder, py, cpp_requests, tmp_path):
+    """An export whose model answers the mask id (one NaN weight, as seer-export --no-validate wrote before issue 42):
+    each such request fails in the C++ runtime with the words of Python's detokenize stage for the same ids (the
+    Python runtime computes them: tests/test_mask_answers.py), and seer_run exits 1; a healthy request beside them in
+    another export is answered."""
+    from test_mask_answers import nan_export
+
+    from seer_trt.runtime.detokenize import mask_in_answer
+
+    d = nan_export(folder, tmp_path / "broken")
+    broken = SeerPipeline.from_manifest(d)
+    python = broken.generate(py_requests()[:4])
+    broken.close()
+    mask = py.manifest.special_tokens.mask_id
+    with CppPipeline(lib, d, ort_library=ort_library()) as cpp:
+        results = cpp.generate(cpp_requests[:4])
+    for p, c in zip(python, results, strict=True):
+        ids = list(p.token_ids) if p.ok else None  # before the Python pipeline fails the row itself
+        assert c["error"] and c["error"].startswith(f"the model produced the mask token (id {mask}) as an answer")
+        assert ids is None or c["error"] == mask_in_answer(ids, mask)
+        assert c["token_ids"] == [] and c["text"] in ("", None)
+    (tmp_path / "r.jsonl").write_text("\n".join(json.dumps(r) for r in cpp_requests[:4]) + "\n")
+    out = run_cli([cpp_build / "seer_run", "--engines", d, "--input", tmp_path / "r.jsonl", "--ort-library",
+                   ort_library()])  # fmt: skip
+    assert out.returncode == 1 and "0 answered, 4 failed" in out.stderr, out.stderr
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "r.jsonl", "--ort-library",
+                   ort_library()])  # fmt: skip
+    assert out.returncode == 0 and "4 answered, 0 failed" in out.stderr, out.stderr
 
 
 def test_a_2_5_manifest_reads_the_same_rule_and_calibration_in_both_runtimes(lib, folder, cpp_requests, tmp_path):
@@ -864,9 +915,11 @@ def test_lavida_images_and_seer_equal_python(lib, lavida_export, tmp_path):
             python = py.generate([Request(prompt, im, seer=seer, gen_length=16) for im in images], policy="naive_pad")
             assert_same(python, cpp.generate([{**r, "seer": seer, "gen_length": 16} for r in cpp_requests],
                                              policy="naive_pad"))  # fmt: skip
-        python = py.generate([Request(prompt, images[0], seer=False)])  # the default: 256 steps in 2 blocks of 128
-        assert python[0].steps == 256
-        assert_same(python, cpp.generate([{**cpp_requests[0], "seer": False}]))
+        # the default window: 256 steps in 2 blocks of 128, one token a step under the fixed rule (the default factor
+        # rule's count depends on the random model's confidences)
+        python = py.generate([Request(prompt, images[0], seer=False, decoding="fixed")])
+        assert python[0].steps == 256 and python[0].gen_length == 256
+        assert_same(python, cpp.generate([{**cpp_requests[0], "seer": False, "decoding": "fixed"}]))
     py.close()
 
 

@@ -493,7 +493,7 @@ def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_c
     assert rc == 2 and "--force" in stderr
 
     calls = []
-    real = export_run.export_graph
+    real = onnx_graph.export_graph  # run_export imports it once the checkpoint is checked, torch with it
 
     def fail_second(*args, **kwargs):
         calls.append(args[0].name)
@@ -501,7 +501,7 @@ def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_c
             raise ExportError("simulated failure while exporting the second graph")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(export_run, "export_graph", fail_second)
+    monkeypatch.setattr(onnx_graph, "export_graph", fail_second)
     rc, _, stderr = quiet_main([*base, "--force", "--graphs", "embed", "denoise"])
     assert rc == 2 and "simulated failure" in stderr
     assert [p.name for p in tmp_path.iterdir()] == ["engines"]  # no staging folder left behind
@@ -512,6 +512,29 @@ def test_non_empty_out_needs_force_and_failed_export_leaves_the_old_one(random_c
     rc, _, _ = quiet_main(["--checkpoint", str(random_checkpoint), "--out", str(fresh), "--no-validate",
                            "--graphs", "embed", "vision"])  # fmt: skip
     assert rc == 2 and not fresh.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("dtype, value, found", [("fp32", float("nan"), "as float32"),
+                                                  ("fp16", 1e6, "exceed float16's range")])  # fmt: skip
+def test_a_non_finite_weight_is_refused_by_name_even_without_validation(random_checkpoint, tmp_path, dtype, value,
+                                                                        found):  # fmt: skip
+    """issue 42: a NaN weight under --no-validate exported, and the runtime answered mask ids with rc 0. Every
+    checkpoint tensor is checked finite as the shared weights file is written (a value past float16's range becomes
+    an infinity in an fp16 export): one line naming the tensor, nothing written."""
+    from safetensors.torch import load_file, save_file
+
+    name = "model.embed_tokens.weight"
+    ckpt = shutil.copytree(random_checkpoint, tmp_path / "ckpt")
+    shard = ckpt / json.loads((ckpt / "model.safetensors.index.json").read_text())["weight_map"][name]
+    tensors = load_file(shard)
+    tensors[name][3, 5] = value
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    out = tmp_path / "out"
+    rc, _, stderr = quiet_main(["--checkpoint", str(ckpt), "--out", str(out), "--no-validate", "--dtype", dtype,
+                                "--graphs", "embed"])  # fmt: skip
+    assert rc == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert f"checkpoint tensor {name} holds 1 of {103 * 32} values that are not finite" in stderr and found in stderr
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no staging folder either
 
 
 def test_validation_that_cannot_fit_in_memory_is_refused_up_front(random_checkpoint, tmp_path, monkeypatch):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -159,7 +161,7 @@ def test_missing_unexpected_and_misshaped_named_in_one_error(
     del state["model.norm.weight"]
     del state["model.mm_projector.2.bias"]
     state["model.vision_tower.vision_tower.vision_model.head.probe"] = torch.zeros(1, 1, 16)
-    state["lm_head.weight"] = torch.zeros(65, 32)
+    state["model.layers.1.mlp.up_proj.weight"] = torch.zeros(65, 32)  # no dim of config.json reads it: check_state's
     folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
     with pytest.raises(CheckpointError) as err:
         load_model(folder)
@@ -167,16 +169,103 @@ def test_missing_unexpected_and_misshaped_named_in_one_error(
     assert "\n" not in msg
     assert "2 missing" in msg and "model.norm.weight" in msg and "model.mm_projector.2.bias" in msg
     assert "1 unexpected" in msg and "vision_model.head.probe" in msg
-    assert "1 mis-shaped" in msg and "lm_head.weight: checkpoint [65, 32], model [64, 32]" in msg
+    assert "1 mis-shaped" in msg and "model.layers.1.mlp.up_proj.weight: checkpoint [65, 32], model [64, 32]" in msg
 
 
-def test_many_mismatches_are_counted_and_truncated(tmp_path: Path, state: dict) -> None:
-    folder = write_checkpoint(tmp_path / "ckpt", tiny_config(layers=6), state, shards=2)  # weights have 2 layers
+def test_many_mismatches_are_counted_and_truncated(tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:
+    kept = "model.layers.1.input_layernorm.weight"  # layer 1 stays a layer of the tensors: 2, as config.json says
+    for name in [n for n in state if n.startswith("model.layers.1.") and n != kept]:
+        del state[name]
+    state.update({f"extra.{i}": torch.zeros(1) for i in range(10)})
+    folder = write_checkpoint(tmp_path / "ckpt", cfg, state, shards=2)
     with pytest.raises(CheckpointError) as err:
         load_model(folder)
     msg = str(err.value)
-    assert "36 missing" in msg and "(+28 more)" in msg  # 4 layers x 9 tensors, 8 shown
-    assert "unexpected" not in msg and len(msg) < 1500
+    assert "8 missing" in msg and "10 unexpected" in msg and "(+2 more)" in msg  # 8 shown of each kind
+    assert len(msg) < 1500
+
+
+# config.json edits of the bundled fixture (8 decoder layers of width 128, 4 heads, MLP 384, 83 rows; a SigLIP of 3
+# layers, the last dropped) -> what the refusal says: each disagreeing key, what it implies, what the tensors hold
+CONFIG_PAST_TENSORS = {
+    "a million layers": ({"num_hidden_layers": 1_000_000}, "num_hidden_layers 1000000 (decoder layers), the tensors "
+                         "hold 8 (model.layers.N.*)"),
+    "LLaDA-V's vocabulary": ({"vocab_size": 126464}, "vocab_size 126464, hidden_size 128 give "
+                             "model.embed_tokens.weight [126464, 128], the checkpoint holds [83, 128]"),
+    "a wider MLP": ({"intermediate_size": 10**9}, "intermediate_size 1000000000, hidden_size 128 give "
+                    "model.layers.0.mlp.gate_proj.weight [1000000000, 128], the checkpoint holds [384, 128]"),
+    "grouped heads": ({"num_key_value_heads": 2}, "num_key_value_heads 2, num_attention_heads 4, hidden_size 128 give "
+                      "model.layers.0.self_attn.k_proj.weight [64, 128], the checkpoint holds [128, 128]"),
+    "a deeper tower": ({"vision_config": {"num_hidden_layers": 10**6}}, "vision_config.num_hidden_layers 1000000 "
+                       "(999999 encoder layers, the last one dropped), the tensors hold 2"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CONFIG_PAST_TENSORS))
+def test_a_config_that_disagrees_with_its_tensors_is_refused_before_the_model_is_built(tmp_path: Path, case,
+                                                                                     monkeypatch) -> None:  # fmt: skip
+    """Layers, widths, heads and vocabulary of config.json against the tensors the safetensors headers list (issue 42:
+    a config.json of a million layers built layers at 50 MB/s until killed): one line naming the key, what it implies
+    and what the checkpoint holds, and no model built (the loader and the exporter's checks alike)."""
+    from seer_export.models import mllm
+    from seer_export.onnx.source import open_source
+
+    change, message = CONFIG_PAST_TENSORS[case]
+    folder = shutil.copytree(FIXTURE_DIR, tmp_path / "ckpt")
+    data = json.loads((folder / "config.json").read_text())
+    for key, value in change.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+    (folder / "config.json").write_text(json.dumps(data))
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(mllm, "DiffusionMLLM", never)
+    for attempt in (lambda: load_model(folder), lambda: open_source("tiny-llada-v", folder)):
+        with pytest.raises(CheckpointError) as err:
+            attempt()
+        assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+        assert str(err.value).startswith(f"{folder / 'config.json'} does not describe the tensors of {folder}")
+        assert "restore the checkpoint's own config.json" in str(err.value)
+
+
+def test_a_native_config_is_checked_under_its_own_keys_and_names(tmp_path: Path) -> None:
+    """LLaDA's native (OLMo) config.json: its keys and its tensor names in the refusal."""
+    from tiny_models import tiny_lavida_config
+
+    from seer_export.models.random_checkpoint import write_random_checkpoint
+
+    folder = write_random_checkpoint(tmp_path / "native", tiny_lavida_config(), dtype=torch.float32)
+    data = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**data, "n_layers": 1000, "mlp_hidden_size": 96}))
+    with pytest.raises(CheckpointError) as err:
+        load_model(folder)
+    assert "n_layers 1000 (decoder layers), the tensors hold 3 (model.transformer.blocks.N.*)" in str(err.value)
+    assert ("mlp_hidden_size 96, d_model 32 give model.transformer.blocks.0.ff_proj.weight [96, 32], the checkpoint "
+            "holds [64, 32]") in str(err.value)  # fmt: skip
+
+
+def test_an_image_tokenizers_config_is_checked_against_its_tensors(tmp_path: Path) -> None:
+    """MMaDA's image tokenizer: its levels and blocks per level against its own tensors' names."""
+    from tiny_models import tiny_magvit, tiny_mmada_config
+
+    from seer_export.models.random_checkpoint import write_random_checkpoint
+
+    folder = write_random_checkpoint(tmp_path / "mmada", tiny_mmada_config(), dtype=torch.float32,
+                                     image_tokenizer=tiny_magvit())  # fmt: skip
+    config = folder / "image_tokenizer" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "num_res_blocks": [1, 100000]}))
+    with pytest.raises(CheckpointError, match=re.escape("image_tokenizer/config.json num_res_blocks[1] 100000 "
+                                                        "(blocks), the tensors hold 1")):  # fmt: skip
+        load_model(folder)
+
+
+@pytest.mark.parametrize("change", [{"hidden_size": 0}, {"num_attention_heads": -4}, {"num_hidden_layers": 2.5}])
+def test_a_config_dim_that_is_no_whole_number_is_refused_by_key(tmp_path: Path, change) -> None:
+    folder = shutil.copytree(FIXTURE_DIR, tmp_path / "ckpt")
+    (folder / "config.json").write_text(json.dumps({**json.loads((folder / "config.json").read_text()), **change}))
+    with pytest.raises(ConfigError, match=re.escape(f"config.json {change}: expected whole numbers >= 1")):
+        load_model(folder)
 
 
 def test_shard_named_in_index_but_absent(tmp_path: Path, cfg: DiffusionMLLMConfig, state: dict) -> None:

@@ -13,6 +13,8 @@ import pytest
 
 from seer_trt.contracts.config import (
     CALIBRATION_SHAPES,
+    MAX_CALIBRATION_REPEATS,
+    MAX_CALIBRATION_SHAPES,
     CostCalibration,
     GenerationConfig,
     SeerConfig,
@@ -362,3 +364,67 @@ def test_the_c_runtimes_legacy_calibration_shapes_are_pythons():
     table = source[source.index("LEGACY_CALIBRATION_SHAPES[] = {") :].split(";", 1)[0]
     shapes = tuple(tuple(int(v) for v in m.split(",")) for m in re.findall(r"\{(\d+, \d+, \d+)\}", table))
     assert shapes == CALIBRATION_SHAPES
+
+
+# What a manifest says of its ids, layers and calibration, bounded by its own model (issue 42): (a "key.key" path into
+# the manifest, the value written there, what both runtimes say). tests/test_cpp.py runs the same cases through C++.
+BOUNDS = {
+    "negative mask id": ("special_tokens.mask_id", -1, "special_tokens {'mask_id': -1}: expected token ids, whole "
+                         "numbers >= 0"),
+    "eot id past the vocabulary": ("special_tokens.eot_id", 10**6, "special_tokens {'eot_id': 1000000} lie outside "
+                                   "the vocabulary [0, "),
+    "image marker past the vocabulary": ("vision.prefix_ids", [5, 10**6], "vision image marker ids [1000000] "
+                                         "(prefix_ids, suffix_ids) lie outside the vocabulary [0, "),
+    "probe layer past the model": ("seer.probe_layer", 99, "seer.probe_layer 99 is not a layer of the model: "
+                                   "expected 0 <= probe_layer < 8 (model.num_layers)"),
+    "negative probe layer": ("seer.probe_layer", -1, "seer.probe_layer must be a whole number >= 0, got -1"),
+    "no hidden units": ("model.hidden_size", 0, "model {'hidden_size': 0}: expected whole numbers >= 1"),
+    "a billion repeats": ("cost_calibration.repeats", 10**9, "calibration repeats must be a whole number in [1, 20] "
+                          "(the timed steps per shape), got 1000000000"),
+    "too many shapes": ("cost_calibration.shapes", [[1, 16, 4]] * 33, "calibration shapes: 33 are given; expected "
+                        "at most 32 [rows, prompt, answer] of at most [4096, 1048576, 65536]"),
+    "a shape past every bucket": ("cost_calibration.shapes", [[1, 2**21, 4]], "calibration shapes: [1, 2097152, 4] "
+                                  "is past the buckets' ceilings"),
+}  # fmt: skip
+
+
+def edited(data: dict, path: str, value) -> dict:
+    """``data`` (a manifest's JSON) with ``value`` at the dotted ``path``."""
+    *parents, key = path.split(".")
+    node = data
+    for part in parents:
+        node = node[part]
+    node[key] = value
+    return data
+
+
+@pytest.mark.parametrize("case", list(BOUNDS))
+def test_what_a_manifest_says_is_bounded_by_its_own_model(tmp_path: Path, case):
+    """Special ids and image marker ids are rows of the vocabulary, the probe layer a layer of the model, the model's
+    dims whole numbers >= 1, and the cost model's calibration at most 32 shapes inside the buckets' ceilings, timed at
+    most 20 times each: refused when the manifest is read, before anything is allocated or timed, naming the file."""
+    path, value, message = BOUNDS[case]
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(edited(make_manifest().to_dict(), path, value)))
+    with pytest.raises(ManifestError) as err:
+        Manifest.read(tmp_path)
+    assert message in str(err.value) and str(err.value).startswith(str(tmp_path / MANIFEST_FILE))
+    assert "re-" in str(err.value)  # the fix: re-export or re-calibrate
+
+
+def test_a_manifest_built_in_code_is_bounded_alike():
+    """The same bounds hold for a manifest seer-export or seer-calibrate builds before writing it."""
+    base = make_manifest()
+    with pytest.raises(SeerError, match="lie outside the vocabulary"):
+        Manifest(**{**base.__dict__, "special_tokens": SpecialTokens(101, 98, 97, 103, 99, 102)})
+    with pytest.raises(SeerError, match="is not a layer of the model"):
+        Manifest(**{**base.__dict__, "seer": base.seer.replace(probe_layer=8)})
+    assert Manifest(**{**base.__dict__, "seer": base.seer.replace(probe_layer=7)}).seer.probe_layer == 7
+
+
+def test_the_calibration_ceilings_are_the_c_runtimes():
+    """cpp/src/manifest.hpp's CostCalibration::MAX_SHAPES and MAX_REPEATS are Python's ceilings, and the legacy
+    shapes fit them."""
+    header = (Path(__file__).parents[1] / "cpp" / "src" / "manifest.hpp").read_text()
+    assert re.search(rf"MAX_SHAPES = {MAX_CALIBRATION_SHAPES};", header)
+    assert re.search(rf"MAX_REPEATS = {MAX_CALIBRATION_REPEATS};", header)
+    assert CostCalibration(CALIBRATION_SHAPES, MAX_CALIBRATION_REPEATS).repeats == MAX_CALIBRATION_REPEATS

@@ -1,5 +1,6 @@
 #include "detokenize.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -86,6 +87,15 @@ std::optional<std::string> Detokenizer::decode(const std::vector<int64_t>& ids) 
     first = false;
   }
   return text;
+}
+
+std::string mask_in_answer(const std::vector<int64_t>& ids, int64_t mask_id) {
+  const auto first = std::find(ids.begin(), ids.end(), mask_id);
+  if (first == ids.end()) return "";
+  return "the model produced the mask token (id " + std::to_string(mask_id) + ") as an answer, at " +
+         std::to_string(std::count(ids.begin(), ids.end(), mask_id)) + " of its " + std::to_string(ids.size()) +
+         " positions from position " + std::to_string(first - ids.begin()) + "; the export is broken (non-finite " +
+         "or corrupt weights): re-export it with validation (seer-export without --no-validate)";
 }
 
 }  // namespace seer

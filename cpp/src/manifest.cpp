@@ -114,14 +114,18 @@ T get_or(const json& obj, const char* key, T fallback, const std::string& where)
   return get<T>(obj, key, where);
 }
 
+// what one call can hold (Python: seer_trt.contracts.profiles.MAX_BUCKET): past it, it would be allocated first
+constexpr int64_t MAX_BUCKET_ROWS = 4096, MAX_BUCKET_PROMPT = 1 << 20, MAX_BUCKET_ANSWER = 1 << 16;
+
 std::vector<int64_t> sizes(const json& obj, const char* key, const std::string& where) {
   auto values = get<std::vector<int64_t>>(obj, key, where);
   for (size_t i = 0; i < values.size(); ++i)
     if (values[i] < 1 || (i && values[i] <= values[i - 1]))
       throw manifest_error(where + "." + key + " must be increasing positive sizes, got " + obj[key].dump());
   if (values.empty()) throw manifest_error(where + "." + key + " is empty; re-export with seer-export");
-  // what one call can hold (Python: seer_trt.contracts.profiles.MAX_BUCKET): past it, it would be allocated first
-  const int64_t most = std::strcmp(key, "batch") == 0 ? 4096 : std::strcmp(key, "prompt") == 0 ? (1 << 20) : (1 << 16);
+  const int64_t most = std::strcmp(key, "batch") == 0    ? MAX_BUCKET_ROWS
+                       : std::strcmp(key, "prompt") == 0 ? MAX_BUCKET_PROMPT
+                                                          : MAX_BUCKET_ANSWER;
   if (values.size() > 64 || values.back() > most)
     throw manifest_error(where + "." + key + ": at most 64 sizes of at most " + std::to_string(most) + ", got " +
                          std::to_string(values.size()) + " up to " + std::to_string(values.back()) +
@@ -225,8 +229,10 @@ void read_cost_calibration(const json& data, const std::string& path, Manifest& 
   const json& cc = named ? data["cost_calibration"] : json::object();
   if (!cc.is_object()) throw manifest_error(path + ": cost_calibration is not a JSON object; re-export with seer-export");
   c.repeats = get_or<int64_t>(cc, "repeats", 5, "manifest cost_calibration");
-  if (c.repeats < 1)
-    throw manifest_error(path + ": calibration repeats must be a whole number >= 1, got " + std::to_string(c.repeats));
+  if (c.repeats < 1 || c.repeats > CostCalibration::MAX_REPEATS)
+    throw manifest_error(path + ": calibration repeats must be a whole number in [1, " +
+                         std::to_string(CostCalibration::MAX_REPEATS) + "] (the timed steps per shape), got " +
+                         std::to_string(c.repeats) + "; re-export with seer-export");
   if (!cc.contains("shapes") || cc["shapes"].is_null()) {
     c.shapes.assign(std::begin(LEGACY_CALIBRATION_SHAPES), std::end(LEGACY_CALIBRATION_SHAPES));
     return;
@@ -242,7 +248,69 @@ void read_cost_calibration(const json& data, const std::string& path, Manifest& 
   }
   if (!ok)
     throw manifest_error(path + ": calibration shapes must be one or more [rows, prompt, answer] of whole numbers >= 1, "
-                         "got " + shapes.dump());
+                         "got " + shapes.dump().substr(0, 80));
+  const std::array<int64_t, 3> ceiling = {MAX_BUCKET_ROWS, MAX_BUCKET_PROMPT, MAX_BUCKET_ANSWER};
+  auto shown = [](const std::array<int64_t, 3>& s) {  // as Python prints a list
+    return "[" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[2]) + "]";
+  };
+  std::string found = c.shapes.size() > CostCalibration::MAX_SHAPES ? std::to_string(c.shapes.size()) + " are given" : "";
+  for (const auto& s : c.shapes)
+    if (found.empty() && (s[0] > ceiling[0] || s[1] > ceiling[1] || s[2] > ceiling[2]))
+      found = shown(s) + " is past the buckets' ceilings";
+  if (!found.empty())
+    throw manifest_error(path + ": calibration shapes: " + found + "; expected at most " +
+                         std::to_string(CostCalibration::MAX_SHAPES) + " [rows, prompt, answer] of at most " +
+                         shown(ceiling) + " (each is clipped to the export's buckets); re-export with seer-export");
+}
+
+// Python's repr() of a {name: id} dict, for the messages the two runtimes share
+std::string python_dict(const std::vector<std::pair<std::string, int64_t>>& items) {
+  std::string out;
+  for (const auto& [name, value] : items) out += (out.empty() ? "{'" : ", '") + name + "': " + std::to_string(value);
+  return out + "}";
+}
+
+// What the manifest says of its dims, ids and layers lies inside its own model (Python: ModelInfo, SpecialTokens,
+// Manifest.check_bounds): dims >= 1, every special id and image marker id a row of the vocabulary, the probe layer
+// one of the model's layers.
+void check_bounds(const json& data, const std::string& path, const Manifest& m) {
+  const json& model = data["model"];
+  std::vector<std::pair<std::string, int64_t>> dims;
+  for (const char* key : {"hidden_size", "intermediate_size", "num_layers", "num_heads", "vocab_size"})
+    if (const int64_t v = get<int64_t>(model, key, "manifest model"); v < 1) dims.emplace_back(key, v);
+  if (!dims.empty())
+    throw manifest_error(path + ": model " + python_dict(dims) + ": expected whole numbers >= 1 (the exported " +
+                         "model's dims); re-export with seer-export");
+  const SpecialTokens& t = m.special;
+  const std::vector<std::pair<std::string, int64_t>> ids = {
+      {"mask_id", t.mask_id}, {"endoftext_id", t.endoftext_id}, {"startoftext_id", t.startoftext_id},
+      {"eot_id", t.eot_id}, {"start_header_id", t.start_header_id}, {"end_header_id", t.end_header_id}};
+  std::vector<std::pair<std::string, int64_t>> negative, outside;
+  for (const auto& id : ids) {
+    if (id.second < 0) negative.push_back(id);
+    else if (id.second >= m.vocab_size) outside.push_back(id);
+  }
+  if (!negative.empty())
+    throw manifest_error(path + ": special_tokens " + python_dict(negative) + ": expected token ids, whole numbers " +
+                         ">= 0 (the ids the export's tokenizer gives its special tokens); re-export with seer-export");
+  const std::string vocabulary = "the vocabulary [0, " + std::to_string(m.vocab_size) + ") (model.vocab_size)";
+  if (!outside.empty())
+    throw manifest_error(path + ": special_tokens " + python_dict(outside) + " lie outside " + vocabulary +
+                         "; the tokenizer and the graphs come from different models: re-export with seer-export");
+  std::vector<int64_t> markers;
+  for (const char* key : {"prefix_ids", "suffix_ids"})
+    for (int64_t id : get_or<std::vector<int64_t>>(data["vision"], key, {}, "manifest vision"))
+      if (id < 0 || id >= m.vocab_size) markers.push_back(id);
+  if (!markers.empty())
+    throw manifest_error(path + ": vision image marker ids " + json(markers).dump(-1) + " (prefix_ids, suffix_ids) " +
+                         "lie outside " + vocabulary + "; re-export with seer-export");
+  if (m.seer.probe_layer < 0)
+    throw manifest_error(path + ": seer.probe_layer must be a whole number >= 0, got " +
+                         std::to_string(m.seer.probe_layer) + "; re-calibrate with seer-calibrate --write");
+  if (m.seer.probe_layer >= m.num_layers)
+    throw manifest_error(path + ": seer.probe_layer " + std::to_string(m.seer.probe_layer) + " is not a layer of the " +
+                         "model: expected 0 <= probe_layer < " + std::to_string(m.num_layers) + " (model.num_layers); " +
+                         "re-calibrate with seer-calibrate --write, or re-export with seer-export");
 }
 
 }  // namespace
@@ -441,6 +509,7 @@ Manifest Manifest::read(const std::string& folder) {
       throw manifest_error(path + ": model.loop_blocks is " + std::to_string(loop_blocks) + "; expected >= 1 or null");
   }
   m.vocab_size = get<int64_t>(model, "vocab_size", "manifest model");
+  m.num_layers = get<int64_t>(model, "num_layers", "manifest model");
   m.logit_shift = get_or<int64_t>(model, "logit_shift", 0, "manifest model");  // absent before 2.4
   if (m.logit_shift != 0 && m.logit_shift != 1)
     throw manifest_error(path + ": model.logit_shift is " + std::to_string(m.logit_shift) + "; expected 0 or 1");
@@ -522,6 +591,7 @@ Manifest Manifest::read(const std::string& folder) {
   }
   read_lengths(data, loop_blocks, path, m);
   read_cost_calibration(data, path, m);
+  check_bounds(data, path, m);
   m.precision = get<std::string>(data, "precision", path);
   if (m.precision != "float32" && m.precision != "float16")
     throw manifest_error(path + ": precision '" + m.precision + "' is not float32 or float16; re-export");

@@ -113,7 +113,11 @@ struct WindowRule {
 // What the cost_model policy's calibration times (manifest "cost_calibration", schema 2.6;
 // seer_trt.contracts.config.CostCalibration): (rows, prompt, answer) shapes, each clipped to the buckets, and timed
 // steps per shape after one warm-up.
+// Bounded when read (docs/DESIGN.md "Bounds and output folders"): at most MAX_SHAPES shapes within the buckets'
+// ceilings, at most MAX_REPEATS repeats (Python: MAX_CALIBRATION_SHAPES, MAX_CALIBRATION_REPEATS).
 struct CostCalibration {
+  static constexpr size_t MAX_SHAPES = 32;
+  static constexpr int64_t MAX_REPEATS = 20;
   std::vector<std::array<int64_t, 3>> shapes;
   int64_t repeats = 5;
 };
@@ -167,7 +171,7 @@ struct WeightsInfo {
 
 struct Manifest {
   std::string schema_version;
-  int64_t hidden_size = 0, vocab_size = 0;
+  int64_t hidden_size = 0, vocab_size = 0, num_layers = 0;
   // model.logit_shift (schema 2.4): 1 when position i is predicted from hidden state i - 1 (Dream; in the graphs);
   // a cached step then computes each row's last prompt position (kv_cache.hpp)
   int64_t logit_shift = 0;

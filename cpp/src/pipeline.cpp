@@ -240,6 +240,10 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
     res.window.assign(tokens.begin() + i * n, tokens.begin() + i * n + kept[i]);
     auto eot = std::find(res.window.begin(), res.window.end(), special.eot_id);
     res.token_ids.assign(res.window.begin(), eot);
+    if (std::string why = mask_in_answer(res.token_ids, special.mask_id); !why.empty()) {
+      res = Result{}, res.error = why;  // a broken export's "answer": this request fails, as in Python
+      continue;
+    }
     res.text = detokenizer->decode(res.token_ids);
     res.kept = kept[i], res.steps = used[i], res.gen_length = n, res.refreshes = refreshes[i];
   }

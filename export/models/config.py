@@ -5,7 +5,9 @@ In:  the ``config.json`` of a LLaDA-V checkpoint (``GSAI-ML/LLaDA-V`` layout) or
      them without renaming write it.
 Out: ``DiffusionMLLMConfig``: language-model dims, the parameter naming of the weights beside it (``seer_export.models.names``),
      the SigLIP tower (after LLaDA-V drops its last layer), the projector, and the product's own keys ``seer``
-     (calibration) and ``generation`` (defaults).
+     (calibration) and ``generation`` (defaults); ``MagvitConfig``: an image tokenizer's own config.json (MMaDA's).
+     Nothing here imports torch: a config is read, and checked against the checkpoint's tensors
+     (``seer_export.models.loading.check_config``), before any model is built.
 
 The real checkpoint's config names no vision dims (LLaVA-OneVision hard-codes SigLIP so400m-patch14-384);
 a ``vision_config`` object, as the fixture writes, overrides those defaults. Images: ``image_aspect_ratio``
@@ -20,11 +22,70 @@ from pathlib import Path
 from typing import Any
 
 from seer_export.models.families import FAMILIES, LLADA_V_SYSTEM, get_family, infer_family
-from seer_export.models.magvit import MagvitConfig
 from seer_export.models.names import NAMINGS, NATIVE_CONFIG_KEYS, NATIVE_REQUIRED, NATIVE_WRITTEN
-from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SeerConfig, read_json
+from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig, SeerConfig, is_whole, read_json
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import LLADA_V_PINPOINTS, parse_pinpoints
+
+# MMaDA's image tokenizer (seer_export.models.magvit): its own folder's config.json, and where its files lie
+UNUSED_PREFIXES = ("decoder.", "quantize.")  # in showlab/magvitv2's checkpoint; not part of the encoder
+
+
+@dataclasses.dataclass(frozen=True)
+class MagvitConfig:
+    """``VQGANEncoder``'s defaults as MAGVIT-v2 builds it (``MAGVITv2.__init__`` passes none)."""
+
+    ch: int = 128
+    ch_mult: tuple[int, ...] = (1, 2, 2, 4, 4)
+    num_res_blocks: tuple[int, ...] = (4, 3, 4, 3, 4)
+    z_channels: int = 13  # bits per code: 2^13 = 8192 codes
+    image_size: int = 512  # MMaDA's preprocessing resolution
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ch_mult", tuple(self.ch_mult))
+        object.__setattr__(self, "num_res_blocks", tuple(self.num_res_blocks))
+        widths = all(is_whole(v) and v >= 1 for v in (self.ch, *self.ch_mult))
+        blocks = all(is_whole(b) and b >= 0 for b in self.num_res_blocks)
+        if not (widths and blocks and is_whole(self.z_channels) and 1 <= self.z_channels <= 30):
+            raise ConfigError(f"image tokenizer: ch {self.ch}, ch_mult {self.ch_mult}, num_res_blocks "
+                              f"{self.num_res_blocks}, z_channels {self.z_channels}; expected whole numbers >= 1 "
+                              f"(blocks >= 0) and 1 <= z_channels <= 30 (2^z codes)")  # fmt: skip
+        if len(self.ch_mult) != len(self.num_res_blocks):
+            raise ConfigError(f"image tokenizer: ch_mult {self.ch_mult} and num_res_blocks {self.num_res_blocks} "
+                              f"differ in length")  # fmt: skip
+        if any((self.ch * m) % 32 for m in (1, *self.ch_mult)):
+            raise ConfigError(f"image tokenizer: every width ch x ch_mult must be a multiple of 32 (GroupNorm(32)); "
+                              f"ch {self.ch}, ch_mult {self.ch_mult}")  # fmt: skip
+        if self.image_size % self.downsampling:
+            raise ConfigError(f"image tokenizer: image_size {self.image_size} is not a multiple of "
+                              f"{self.downsampling}")  # fmt: skip
+
+    @property
+    def downsampling(self) -> int:
+        return 2 ** (len(self.ch_mult) - 1)
+
+    @property
+    def tokens(self) -> int:
+        """Codes per image: 1024 at 512 px."""
+        return (self.image_size // self.downsampling) ** 2
+
+    @property
+    def codebook_size(self) -> int:
+        return 2**self.z_channels
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MagvitConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: data[k] for k in names if k in data})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+IMAGE_TOKENIZER_DIR = "image_tokenizer"  # a checkpoint folder's subfolder holding its image tokenizer
+IMAGE_TOKENIZER_REPO = "showlab/magvitv2"  # looked up in the local Hugging Face cache otherwise
+# single-file weights as MMaDA's ModelMixin saves them (SAFETENSORS_WEIGHTS_NAME), or diffusers / transformers spell them
+IMAGE_TOKENIZER_FILES = ("pytorch_model.safetensors", "diffusion_pytorch_model.safetensors", "model.safetensors")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +101,8 @@ class TextConfig:
     qkv_bias: bool = False  # biases on q_proj, k_proj, v_proj (Qwen2's and Dream's attention; o_proj has none)
 
     def __post_init__(self) -> None:
+        _whole(self, ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                      "num_key_value_heads"), "")  # fmt: skip
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}"
@@ -66,6 +129,13 @@ class VisionConfig:
     image_size: int = 384
     patch_size: int = 14
     layer_norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        _whole(self, ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
+                      "patch_size"), "vision_config.")  # fmt: skip
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"vision_config.hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                              f"{self.num_attention_heads}")  # fmt: skip
 
     @property
     def kept_layers(self) -> int:
@@ -255,6 +325,14 @@ class DiffusionMLLMConfig:
             "seer": self.seer.to_dict(),
             "generation": self.generation.to_dict(),
         }
+
+
+def _whole(cfg: Any, names: tuple[str, ...], prefix: str) -> None:
+    """Refuse a dim of ``cfg`` that is no whole number >= 1 (a config.json's 0, -3, 2.5 or "64"), naming the key."""
+    bad = {prefix + n: getattr(cfg, n) for n in names if not is_whole(getattr(cfg, n)) or getattr(cfg, n) < 1}
+    if bad:
+        raise ConfigError(f"config.json {bad}: expected whole numbers >= 1 (the model's dims); restore the "
+                          f"checkpoint's own config.json")  # fmt: skip
 
 
 def _refuse_unbuilt(data: dict[str, Any], where: str) -> None:

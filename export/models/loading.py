@@ -6,10 +6,12 @@ In:  a checkpoint folder in Hugging Face layout (``config.json`` plus ``model.sa
 Out: ``DiffusionMLLM`` with every parameter loaded under a strict check of names and shapes; the names are LLaDA-V's or
      LLaDA's native ones, as the checkpoint's ``config.json`` says (``seer_export.models.names``).
 
-Memory stays near one copy of the weights, which an 8B export on a 24 GB machine needs: the module is built
-on the ``meta`` device (no storage), every name and shape is checked against the safetensors headers before a
-byte of weight is read, then tensors are read one at a time, cast to the requested dtype and attached
-(``load_state_dict(assign=True)``), so no second copy of the model ever exists.
+Memory stays near one copy of the weights, which an 8B export on a 24 GB machine needs: the config.json's dims are
+checked against the tensors the safetensors headers list (``check_config``: layer counts, widths, heads, vocabulary)
+before anything is built, the module is then built on the ``meta`` device (no storage), every name and shape is
+checked against the headers before a byte of weight is read, then tensors are read one at a time, cast to the
+requested dtype and attached (``load_state_dict(assign=True)``), so no second copy of the model ever exists.
+Everything up to building the module runs without torch, which is imported only then.
 """
 
 from __future__ import annotations
@@ -20,24 +22,28 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from seer_export.models.config import DiffusionMLLMConfig
-from seer_export.models.families import FAMILIES
-from seer_export.models.magvit import (
+from seer_export.models.config import (
     IMAGE_TOKENIZER_DIR,
     IMAGE_TOKENIZER_FILES,
     IMAGE_TOKENIZER_REPO,
     UNUSED_PREFIXES,
+    DiffusionMLLMConfig,
     MagvitConfig,
 )
-from seer_export.models.mllm import DiffusionMLLM
-from seer_export.models.names import to_checkpoint, to_module
+from seer_export.models.families import FAMILIES
+from seer_export.models.names import NATIVE_CONFIG_KEYS, to_checkpoint, to_module
 from seer_trt.contracts.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from seer_export.models.mllm import DiffusionMLLM
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+MAX_INDEX_BYTES = 64 * 2**20  # a safetensors index lists names and shard files: an 8B model's is about 60 KB
 LIST_LIMIT = 8  # names shown per kind of mismatch before "... (+N more)"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -183,6 +189,7 @@ class CheckpointTensors:
         Raises:
             CheckpointError: a shard could not be read; the message names the file.
         """
+        import torch
         from safetensors import SafetensorError, safe_open
 
         wanted = self.keys() if names is None else names
@@ -202,13 +209,14 @@ class CheckpointTensors:
 
 
 def _header(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
-    """Shapes and dtypes of every tensor in one .safetensors file; reads the header only."""
+    """Shapes and dtypes of every tensor in one .safetensors file; reads the header only (safetensors checks it: at
+    most 100 MB, every tensor's bytes inside the file), without torch."""
     from safetensors import SafetensorError, safe_open
 
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {path} is missing; re-download or re-copy it")
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="numpy") as f:
             slices = {name: f.get_slice(name) for name in f.keys()}
             return {n: tuple(s.get_shape()) for n, s in slices.items()}, {n: s.get_dtype() for n, s in slices.items()}
     except (SafetensorError, OSError) as err:
@@ -221,6 +229,10 @@ def _header(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
 def _weight_map(folder: Path) -> dict[str, Path]:
     """Tensor name -> shard file, from ``model.safetensors.index.json``; every shard it names must exist."""
     index_path = folder / INDEX_FILE
+    size = index_path.stat().st_size
+    if size > MAX_INDEX_BYTES:
+        raise CheckpointError(f"{index_path} is {size} bytes, more than the {MAX_INDEX_BYTES} a safetensors index may "
+                              f"be (it lists names and shard files); re-download or re-copy it")  # fmt: skip
     try:
         weight_map = json.loads(index_path.read_text())["weight_map"]
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -315,6 +327,75 @@ def check_state(model: torch.nn.Module, ckpt: CheckpointTensors, naming: str = "
     )
 
 
+def _layer_count(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
+    """How many numbered blocks ``prefix{i}.`` the tensor names hold."""
+    found = re.compile(re.escape(prefix) + r"(\d+)\.")
+    return len({m.group(1) for m in map(found.match, shapes) if m})
+
+
+def check_config(cfg: DiffusionMLLMConfig, ckpt: CheckpointTensors, where: str | Path = "config.json") -> None:
+    """The dims config.json gives against the tensors the checkpoint holds (its safetensors headers), before any model
+    is built: what the config says is then bounded by what is on disk (docs/DESIGN.md "Bounds and output folders").
+    Layer counts against the numbered blocks of the tensor names (decoder, vision encoder, image tokenizer levels and
+    blocks); vocabulary, widths and heads against the shapes of the tensors they set (the embeddings and the head,
+    layer 0's projections, the vision tower's patch and position embeddings, the projector). A tensor the checkpoint
+    lacks is left to ``check_state``, which names every missing one once the (now bounded) model is built.
+
+    Raises:
+        CheckpointError: naming each config.json key that disagrees, what it implies and what the tensors hold.
+    """
+    shapes = {to_module(n, cfg.naming): tuple(s) for n, s in ckpt.shapes.items()}
+    back = {v: k for k, v in NATIVE_CONFIG_KEYS.items()} if cfg.naming == "llada-native" else {}
+    t, v, wrong = cfg.text, cfg.vision, []
+    image = f"{IMAGE_TOKENIZER_DIR}/config.json"
+
+    def keys(*names: str) -> str:  # "hidden_size 4096, ..." as the config.json spells the keys
+        return ", ".join(f"{back.get(n, n)} {getattr(t, n)}" for n in names)
+
+    def layers(prefix: str, want: int, says: str, spelled: str | None = None) -> bool:
+        n = _layer_count(shapes, prefix)
+        if n != want:
+            wrong.append(f"{says}, the tensors hold {n} ({spelled or prefix}N.*)")
+        return n == want
+
+    def shape(name: str, want: tuple[int, ...], says: str) -> None:
+        if name in shapes and shapes[name] != want:
+            wrong.append(f"{says} give {to_checkpoint(name, cfg.naming)} {list(want)}, the checkpoint holds "
+                         f"{list(shapes[name])}")  # fmt: skip
+
+    blocks = to_checkpoint("model.layers.0.input_layernorm.weight", cfg.naming).partition("0.")[0]
+    layers("model.layers.", t.num_hidden_layers, f"{keys('num_hidden_layers')} (decoder layers)", blocks)
+    shape("model.embed_tokens.weight", (t.vocab_size, t.hidden_size), keys("vocab_size", "hidden_size"))
+    shape("lm_head.weight", (t.vocab_size, t.hidden_size), keys("vocab_size", "hidden_size"))
+    shape("model.layers.0.self_attn.q_proj.weight", (t.hidden_size, t.hidden_size), keys("hidden_size"))
+    shape("model.layers.0.self_attn.k_proj.weight", (t.num_key_value_heads * t.head_dim, t.hidden_size),
+          keys("num_key_value_heads", "num_attention_heads", "hidden_size"))  # fmt: skip
+    shape("model.layers.0.mlp.gate_proj.weight", (t.intermediate_size, t.hidden_size),
+          keys("intermediate_size", "hidden_size"))  # fmt: skip
+    if cfg.has_tower:
+        tower, vision = "model.vision_tower.vision_tower.vision_model.", f"vision_config.hidden_size {v.hidden_size}"
+        layers(f"{tower}encoder.layers.", v.kept_layers, f"vision_config.num_hidden_layers {v.num_hidden_layers} "
+               f"({v.kept_layers} encoder layers, the last one dropped)")  # fmt: skip
+        patch = f"{vision}, patch_size {v.patch_size}"
+        shape(f"{tower}embeddings.patch_embedding.weight", (v.hidden_size, 3, v.patch_size, v.patch_size), patch)
+        shape(f"{tower}embeddings.position_embedding.weight", (v.tokens_per_tile, v.hidden_size),
+              f"{patch}, image_size {v.image_size}")  # fmt: skip
+        shape(f"{tower}encoder.layers.0.mlp.fc1.weight", (v.intermediate_size, v.hidden_size),
+              f"{vision}, intermediate_size {v.intermediate_size}")  # fmt: skip
+        shape("model.mm_projector.0.weight", (t.hidden_size, v.hidden_size), f"{keys('hidden_size')}, {vision}")
+    if cfg.magvit is not None:
+        g, enc = cfg.magvit, "model.image_tokenizer.encoder."
+        if layers(f"{enc}down.", len(g.ch_mult), f"{image} ch_mult {list(g.ch_mult)} ({len(g.ch_mult)} levels)"):
+            for level, blocks in enumerate(g.num_res_blocks):
+                layers(f"{enc}down.{level}.block.", blocks, f"{image} num_res_blocks[{level}] {blocks} (blocks)")
+        shape(f"{enc}conv_in.weight", (g.ch, 3, 3, 3), f"{image} ch {g.ch}")
+        shape(f"{enc}quant_conv.weight", (g.z_channels, g.z_channels, 1, 1), f"{image} z_channels {g.z_channels}")
+    if wrong:
+        raise CheckpointError(f"{where} does not describe the tensors of {ckpt.folder}: {'; '.join(wrong[:LIST_LIMIT])}; "
+                              f"config.json and the weights come from different models: restore the checkpoint's "
+                              f"own config.json, or pass --checkpoint the folder these weights belong to")  # fmt: skip
+
+
 def find_image_tokenizer(checkpoint: Path) -> Path:
     """The image tokenizer's folder: the checkpoint's ``image_tokenizer/``, or ``showlab/magvitv2`` in the local
     Hugging Face cache, offline.
@@ -374,13 +455,14 @@ def model_state(folder: Path, cfg: DiffusionMLLMConfig) -> CheckpointTensors:
 
 
 def load_model(
-    folder: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    folder: str | Path, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
 ) -> DiffusionMLLM:
     """Build ``DiffusionMLLM`` from a checkpoint folder with about one copy of the weights in memory.
 
     Args:
         folder: a checkpoint folder (``config.json`` plus safetensors), e.g. from ``resolve_checkpoint``.
-        dtype: floating-point dtype of the loaded parameters (the checkpoint's are cast as they are read).
+        dtype: floating-point dtype of the loaded parameters (the checkpoint's are cast as they are read); None:
+            float32.
         device: where the parameters live.
 
     Returns:
@@ -390,7 +472,11 @@ def load_model(
         CheckpointError: missing config.json or weights, a corrupt shard, or tensors that do not match.
         ConfigError: an invalid config.json or a non-floating ``dtype``.
     """
-    folder = Path(folder)
+    import torch
+
+    from seer_export.models.mllm import DiffusionMLLM
+
+    folder, dtype = Path(folder), torch.float32 if dtype is None else dtype
     if not dtype.is_floating_point:
         raise ConfigError(f"dtype {dtype} is not a floating-point type; pass torch.float32, float16 or bfloat16")
     if not (folder / "config.json").is_file():
@@ -399,12 +485,13 @@ def load_model(
             f"checkpoint folder: config.json plus the *.safetensors weights"
         )
     cfg = read_config(folder)
+    ckpt = model_state(folder, cfg)
+    check_config(cfg, ckpt, folder / "config.json")  # before the model is built: its size is what the tensors say
     with torch.device("meta"):
         model = DiffusionMLLM(cfg)
     non_persistent = {n for n, _ in model.named_buffers()} - set(model.state_dict())
     # A non-persistent buffer is not in the checkpoint and would stay on meta; compute it in forward instead.
     assert not non_persistent, f"non-persistent buffers cannot be loaded from a checkpoint: {sorted(non_persistent)}"
-    ckpt = model_state(folder, cfg)
     check_state(model, ckpt, cfg.naming)
     # the only copy: assign=True hands these to the model, under the modules' names
     state = {to_module(name, cfg.naming): t for name, t in ckpt.read(dtype=dtype, device=device)}

@@ -17,61 +17,18 @@ buffers (``quantize.embedding``, ``quantize.power_vals``) are derived, not read.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seer_trt.contracts.errors import ConfigError
-
-UNUSED_PREFIXES = ("decoder.", "quantize.")  # in showlab/magvitv2's checkpoint; not part of the encoder
-
-
-@dataclasses.dataclass(frozen=True)
-class MagvitConfig:
-    """``VQGANEncoder``'s defaults as MAGVIT-v2 builds it (``MAGVITv2.__init__`` passes none)."""
-
-    ch: int = 128
-    ch_mult: tuple[int, ...] = (1, 2, 2, 4, 4)
-    num_res_blocks: tuple[int, ...] = (4, 3, 4, 3, 4)
-    z_channels: int = 13  # bits per code: 2^13 = 8192 codes
-    image_size: int = 512  # MMaDA's preprocessing resolution
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "ch_mult", tuple(self.ch_mult))
-        object.__setattr__(self, "num_res_blocks", tuple(self.num_res_blocks))
-        if len(self.ch_mult) != len(self.num_res_blocks):
-            raise ConfigError(f"image tokenizer: ch_mult {self.ch_mult} and num_res_blocks {self.num_res_blocks} "
-                              f"differ in length")  # fmt: skip
-        if any((self.ch * m) % 32 for m in (1, *self.ch_mult)):
-            raise ConfigError(f"image tokenizer: every width ch x ch_mult must be a multiple of 32 (GroupNorm(32)); "
-                              f"ch {self.ch}, ch_mult {self.ch_mult}")  # fmt: skip
-        if self.image_size % self.downsampling:
-            raise ConfigError(f"image tokenizer: image_size {self.image_size} is not a multiple of "
-                              f"{self.downsampling}")  # fmt: skip
-
-    @property
-    def downsampling(self) -> int:
-        return 2 ** (len(self.ch_mult) - 1)
-
-    @property
-    def tokens(self) -> int:
-        """Codes per image: 1024 at 512 px."""
-        return (self.image_size // self.downsampling) ** 2
-
-    @property
-    def codebook_size(self) -> int:
-        return 2**self.z_channels
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MagvitConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: data[k] for k in names if k in data})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+# the image tokenizer's config.json and where its files lie, read without torch (seer_export.models.config)
+from seer_export.models.config import (  # noqa: F401 - re-exported: MagvitConfig's home before it moved
+    IMAGE_TOKENIZER_DIR,
+    IMAGE_TOKENIZER_FILES,
+    IMAGE_TOKENIZER_REPO,
+    UNUSED_PREFIXES,
+    MagvitConfig,
+)
 
 
 def _norm(channels: int) -> nn.GroupNorm:
@@ -165,9 +122,3 @@ class MagvitTokenizer(nn.Module):
         powers = 2 ** torch.arange(bits - 1, -1, -1, device=z.device)  # the first channel is the top bit
         codes = ((z > 0).long() * powers[None, :, None, None]).sum(1)  # [N, h, w]
         return codes.flatten(1)  # row-major, as get_indices(...).reshape(N, -1)
-
-
-IMAGE_TOKENIZER_DIR = "image_tokenizer"  # a checkpoint folder's subfolder holding its image tokenizer
-IMAGE_TOKENIZER_REPO = "showlab/magvitv2"  # looked up in the local Hugging Face cache otherwise
-# single-file weights as MMaDA's ModelMixin saves them (SAFETENSORS_WEIGHTS_NAME), or diffusers / transformers spell them
-IMAGE_TOKENIZER_FILES = ("pytorch_model.safetensors", "diffusion_pytorch_model.safetensors", "model.safetensors")

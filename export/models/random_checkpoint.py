@@ -6,7 +6,10 @@ Out: a Hugging Face style folder: ``config.json``, ``model-0000i-of-0000n.safete
      ``model.safetensors.index.json``, and the fixture's tokenizer files (its special ids fit any vocab >= 103).
 
 Tensors are drawn one at a time and written shard by shard, so memory stays near one shard. Norm weights are
-ones, everything else N(0, (gain / sqrt(fan_in))^2), which keeps activations O(1) at any width.
+ones, everything else N(0, (gain / sqrt(fan_in))^2), which keeps activations O(1) at any width; the LM head's row of
+the mask token is zeros, so its logit is 0 where the others spread around it: a trained model never predicts the mask
+token (it is never a target), and an answer holding it is refused as a broken export's (``seer_trt.runtime.
+detokenize``), so a random one must not predict it either.
 
     python -m seer_export.models.random_checkpoint --out /tmp/llada-v-8l --layers 8   # LLaDA-V dims, 8 layers, fp16
     python -m seer_export.models.random_checkpoint --model lavida-llada --out /tmp/lavida-4l --layers 4
@@ -64,18 +67,21 @@ def write_random_checkpoint(
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    with torch.device("meta"):  # stored under the checkpoint's names: LLaDA-V's, or LLaDA's native (cfg.naming)
-        shapes = {to_checkpoint(n, cfg.naming): tuple(t.shape) for n, t in DiffusionMLLM(cfg).state_dict().items()}
-    _write_tensors(folder, shapes, lambda name: "norm" in to_module(name, cfg.naming), dtype, seed, gain, shard_bytes)
     family = FAMILIES[cfg.family]
     if family.special_strings and Path(tokenizer_from) == FIXTURE_DIR:  # Dream's ChatML tokens, not LLaDA's
         write_tokenizer(folder, cfg.family)
     else:
         for file in TOKENIZER_FILES:
             shutil.copy2(Path(tokenizer_from) / file, folder / file)
+    special = special_tokens(cfg.family, folder / "tokenizer.json")
+    with torch.device("meta"):  # stored under the checkpoint's names: LLaDA-V's, or LLaDA's native (cfg.naming)
+        shapes = {to_checkpoint(n, cfg.naming): tuple(t.shape) for n, t in DiffusionMLLM(cfg).state_dict().items()}
+    head = to_checkpoint("lm_head.weight", cfg.naming)
+    head = {head: special.mask_id} if special.mask_id < cfg.text.vocab_size else {}  # the mask token's logit: 0
+    _write_tensors(folder, shapes, lambda name: "norm" in to_module(name, cfg.naming), dtype, seed, gain, shard_bytes,
+                   head)  # fmt: skip
     data = cfg.to_dict()
     if cfg.naming == "llada-native" or family.special_strings:  # the token ids the modeling code reads from config
-        special = special_tokens(cfg.family, folder / "tokenizer.json")
         data |= {"eos_token_id": special.endoftext_id, "pad_token_id": special.endoftext_id,
                  "mask_token_id": special.mask_id}  # fmt: skip
     (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
@@ -119,9 +125,10 @@ def _random_tensors(shapes: dict[str, tuple[int, ...]], is_norm, dtype: torch.dt
 
 
 def _write_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], is_norm, dtype: torch.dtype, seed: int,
-                   gain: float, shard_bytes: int = 2 * 2**30) -> None:  # fmt: skip
+                   gain: float, shard_bytes: int = 2 * 2**30, zero_rows: dict[str, int] | None = None) -> None:  # fmt: skip
     """Random tensors of ``shapes`` in safetensors shards with their index: 1-D norm weights (``is_norm``) ones, the
-    rest N(0, (gain / sqrt(fan_in))^2), drawn in order from ``seed``."""
+    rest N(0, (gain / sqrt(fan_in))^2), drawn in order from ``seed``; ``zero_rows``: tensor name -> a row set to zeros
+    after the draw (the others' values stay those of the seed)."""
     from safetensors.torch import save_file
 
     gen = torch.Generator().manual_seed(seed)
@@ -138,6 +145,9 @@ def _write_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], is_norm, dt
     for i, names in enumerate(groups):
         shard = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
         tensors = _random_tensors({n: shapes[n] for n in names}, is_norm, dtype, seed, gain, gen)
+        for name, row in (zero_rows or {}).items():
+            if name in tensors:
+                tensors[name][row] = 0
         weight_map |= dict.fromkeys(names, shard)
         save_file(tensors, str(folder / shard), metadata={"format": "pt"})
         del tensors

@@ -15,13 +15,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from types import MappingProxyType
-
-import torch
+from typing import TYPE_CHECKING
 
 from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.loading import SINGLE_FILE, load_model, read_config, resolve_checkpoint
-from seer_export.models.mllm import DiffusionMLLM
 from seer_trt.contracts.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:  # torch is imported where a model is built (load), not to look a checkpoint up
+    import torch
+
+    from seer_export.models.mllm import DiffusionMLLM
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-llada-v"  # the bundled fixture
 HARD_FIXTURE_DIR = FIXTURE_DIR.parent / "tiny-llada-v-hard"  # the second one: the "hard" task family
@@ -154,7 +157,7 @@ def resolve(name: str, checkpoint: str | Path | None = None) -> Path:
 def load(
     name: str,
     checkpoint: str | Path | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     device: str | torch.device = "cpu",
 ) -> tuple[DiffusionMLLM, Path]:
     """Load model ``name`` (see ``resolve``) with a strict check of its tensors.
@@ -162,7 +165,7 @@ def load(
     Args:
         name: a registry name.
         checkpoint: a folder overriding where the weights come from (``--checkpoint DIR``).
-        dtype: floating-point dtype of the parameters.
+        dtype: floating-point dtype of the parameters (None: float32).
         device: where the parameters live.
 
     Returns:

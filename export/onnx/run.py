@@ -28,14 +28,11 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import torch
 
 from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.families import FAMILIES, ranks_by_score
-from seer_export.onnx.export import Log, export_graph
 from seer_export.onnx.options import ExportError, ExportOptions
 from seer_export.onnx.shared_weights import SharedWeights
 from seer_export.onnx.source import TOKENIZER_FILES, Source, model_dims, open_source
@@ -55,11 +52,14 @@ from seer_trt.contracts.manifest import (
 from seer_trt.contracts.outfolder import check_target, export_files, is_export, replace_folder
 from seer_trt.contracts.profiles import LengthBuckets
 
+Log = Callable[[str], None]
+
 
 def versions(opset: int) -> Versions:
     import onnx
     import onnxruntime
     import onnxscript
+    import torch
 
     import seer_trt
 
@@ -196,7 +196,9 @@ def run_export(options: ExportOptions, log: Log = print) -> Manifest:
         log(f"[{time.perf_counter() - start:7.1f}s] {text}")
 
     check_out(options.out, options.force)  # before any work: a refused --out costs nothing
-    source = open_source(options.model, options.checkpoint)
+    source = open_source(options.model, options.checkpoint)  # its config checked against its tensors, then built
+    from seer_export.onnx.export import export_graph  # torch and the exporter: only for a checkpoint that fits
+
     stage(f"checkpoint {source.folder}: {len(source.tensors)} tensors, config and tokenizer checked")
     if options.validate:
         check_validation_memory(source, options)

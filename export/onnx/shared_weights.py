@@ -13,7 +13,8 @@ Out: ``WEIGHTS_FILE`` in the export folder, appended to as graphs come; every gr
     ...                  ─┘                  └ yes ─────────────────────┴► initializer := ExternalTensor(offset)
 
 A checkpoint tensor is read (lazily, one at a time) only the first time a graph uses it, so memory stays near one
-tensor. The exporter's constants larger than ``INLINE_BYTES`` (a folded position embedding, say) are keyed by
+tensor; as it is written, every value is checked finite (one pass, in chunks), so a NaN or infinite weight is refused
+by name even under ``--no-validate`` (it would turn every prediction into the mask id). The exporter's constants larger than ``INLINE_BYTES`` (a folded position embedding, say) are keyed by
 their content, so two graphs folding the same constant share it too; smaller ones (shapes, scalars) stay inline.
 ``load_inlined`` reads one graph back with every stored tensor in the model (what seer-quantize rewrites).
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from seer_export.onnx.options import ExportError
 from seer_trt.contracts.graphs import WEIGHTS_FILE
 from seer_trt.contracts.manifest import WEIGHTS_INDEX, StoredTensor, WeightsInfo, write_weights_index
 
@@ -35,6 +37,26 @@ ALIGN_SMALL = 64  # the rest on a cache line, which every CPU kernel's alignment
 LARGE_TENSOR = 64 * 1024
 
 CONSTANT_PREFIX = "const."  # a stored tensor of the graph's own (RoPE's rotation), not of the checkpoint
+FINITE_CHUNK = 1 << 22  # values checked finite at a time: a 4 MiB mask, whatever the tensor's size
+
+
+def check_finite(name: str, array: np.ndarray) -> None:
+    """Refuse a checkpoint tensor holding a NaN or an infinity (as the graph stores it: a value past float16's range
+    becomes one when cast), counted in chunks of ``FINITE_CHUNK`` values.
+
+    Raises:
+        ExportError: naming the tensor, how many of its values are not finite, and the fix.
+    """
+    if array.dtype.kind != "f":
+        return
+    flat = array.reshape(-1)
+    chunks = range(0, flat.size, FINITE_CHUNK)
+    bad = flat.size - sum(int(np.count_nonzero(np.isfinite(flat[i : i + FINITE_CHUNK]))) for i in chunks)
+    if bad:
+        cast = " (or its values exceed float16's range: export with --dtype fp32)" if array.dtype == np.float16 else ""
+        raise ExportError(f"checkpoint tensor {name} holds {bad} of {flat.size} values that are not finite (NaN or "
+                          f"infinity) as {array.dtype}; expected finite weights: the checkpoint is corrupt, re-download "
+                          f"or re-copy it{cast}")  # fmt: skip
 
 
 class SharedWeights:
@@ -74,7 +96,10 @@ class SharedWeights:
                 digest = hashlib.sha256(f"{tensor.dtype}{tuple(tensor.shape)}".encode() + tensor.tobytes())
                 name = f"{CONSTANT_PREFIX}{digest.hexdigest()[:24]}"
             if name not in self.index:
-                data = np.ascontiguousarray(tensor.numpy()).tobytes()
+                array = np.ascontiguousarray(tensor.numpy())
+                if isinstance(tensor, ir.LazyTensor):  # the checkpoint's; the exporter's own constants may hold -inf
+                    check_finite(name.removesuffix(".T"), array)
+                data = array.tobytes()
                 self.index[name] = StoredTensor(self._append(data), len(data), str(value.dtype.numpy()),
                                                 tuple(int(d) for d in value.shape))  # fmt: skip
             stored = self.index[name]

@@ -1,17 +1,16 @@
 """The checkpoint an export reads: found, its config, tokenizer and tensor names and shapes checked, before a byte
-of weights is read or a graph traced."""
+of weights is read or a graph traced. Its config.json is checked against the tensors the checkpoint holds before the
+model is built, and before torch is imported (``seer_export.models.loading.check_config``): a config that disagrees
+is one line within a second, whatever it claims."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-import torch
-
 from seer_export.models.config import DiffusionMLLMConfig
 from seer_export.models.families import special_tokens
-from seer_export.models.loading import CheckpointTensors, check_state, model_state, read_config
-from seer_export.models.mllm import DiffusionMLLM
+from seer_export.models.loading import CheckpointTensors, check_config, check_state, model_state, read_config
 from seer_export.models.registry import check_family, get_entry, resolve
 from seer_trt.contracts.config import SpecialTokens
 from seer_trt.contracts.errors import CheckpointError
@@ -50,6 +49,11 @@ def open_source(model: str, checkpoint: Path | None) -> Source:
     check_family(model, cfg, folder / "config.json")
     special = special_tokens(cfg.family, folder / "tokenizer.json")  # the family's strings: LLaDA's or Dream's
     tensors = model_state(folder, cfg)  # with an image tokenizer's encoder, for MMaDA
+    check_config(cfg, tensors, folder / "config.json")  # layers, widths, vocabulary: before anything is built
+    import torch
+
+    from seer_export.models.mllm import DiffusionMLLM
+
     with torch.device("meta"):
         check_state(DiffusionMLLM(cfg), tensors, cfg.naming)  # names and shapes, all at once
     if max(special.to_dict().values()) >= cfg.text.vocab_size:

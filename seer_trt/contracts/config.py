@@ -17,6 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from seer_trt.contracts.errors import ConfigError
+from seer_trt.contracts.profiles import MAX_BUCKET
 
 Signal = Literal["mlp_sparsity", "probe", "end_token_prob"]
 Statistic = Literal["abs_below", "gate_negative"]
@@ -71,6 +72,12 @@ class SpecialTokens:
         "end_header_id": "<|end_header_id|>",
     }
 
+    def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.to_dict().items() if not is_whole(v) or v < 0}
+        if bad:
+            raise ConfigError(f"special_tokens {bad}: expected token ids, whole numbers >= 0 (the ids the export's "
+                              f"tokenizer gives its special tokens); re-export with seer-export")  # fmt: skip
+
     @property
     def suppressed_ids(self) -> tuple[int, ...]:
         """Ids whose logits are -inf at masked positions (LLaDA-V ``generate_with_embeds``)."""
@@ -104,6 +111,11 @@ class SpecialTokens:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SpecialTokens:
         return _from_dict(cls, data, "special_tokens")
+
+
+def is_whole(value: Any) -> bool:
+    """A whole number as JSON writes one: an int, not a bool (``True`` is an int to Python), not ``1.0``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _shown(value: Any, width: int = 40) -> str:
@@ -160,6 +172,10 @@ class GenerationConfig:
     # or "dream" (Dream's diffusion_generate: int(masks left * (1 - s / t)) over timesteps linspace(1, 1e-3), one block)
     schedule: Literal["even", "dream"] = "even"
 
+    # OpenAI's range of temperature, [0, 2] (not a field: unannotated); far past it the sampler's Gumbel noise raised
+    # to the temperature overflows float64 (10^6: argmax over inf)
+    MAX_TEMPERATURE = 2.0
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "decoding", canonical_decoding(self.decoding))
         for name in ("gen_length", "steps", "block_length"):
@@ -167,8 +183,9 @@ class GenerationConfig:
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ConfigError(f"{name} must be a whole number >= 1, got {value!r}")
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t):
-            raise ConfigError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not 0 <= t <= self.MAX_TEMPERATURE:
+            raise ConfigError(f"temperature must be a number in [0, {self.MAX_TEMPERATURE:g}] (0: greedy; OpenAI's "
+                              f"range), got {t!r}; pass one in it")  # fmt: skip
 
         if self.gen_length % self.block_length:
             raise ConfigError(
@@ -273,6 +290,11 @@ class WindowRule:
 # and attention costs. seer-export writes them into the manifest (``CostCalibration``); both runtimes read them there.
 CALIBRATION_SHAPES = ((1, 16, 4), (1, 32, 16), (1, 128, 32), (1, 384, 64), (1, 640, 128), (4, 32, 8),
                       (4, 128, 32), (8, 32, 8), (16, 32, 16), (16, 64, 32))  # fmt: skip
+# What a manifest's calibration may ask for, checked when it is read (docs/DESIGN.md "Bounds and output folders"): the
+# calibration times at most MAX_CALIBRATION_SHAPES x (MAX_CALIBRATION_REPEATS + 1) steps, none of them past the
+# export's largest buckets (each shape is clipped to them before it is timed), so opening an export takes seconds.
+MAX_CALIBRATION_SHAPES = 32
+MAX_CALIBRATION_REPEATS = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,13 +311,21 @@ class CostCalibration:
             shapes = tuple(tuple(s) for s in self.shapes)
         except TypeError:
             shapes = ()
-        whole = all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for s in shapes for v in s)
+        whole = all(is_whole(v) for s in shapes for v in s)
         if not shapes or not whole or any(len(s) != 3 or min(s) < 1 for s in shapes):
             raise ConfigError(f"calibration shapes must be one or more [rows, prompt, answer] of whole numbers "
-                              f">= 1, got {self.shapes!r}")  # fmt: skip
+                              f">= 1, got {_shown(self.shapes, 80)}")  # fmt: skip
+        ceiling = (MAX_BUCKET["batch"], MAX_BUCKET["prompt"], MAX_BUCKET["answer"])
+        past = [list(s) for s in shapes if any(v > top for v, top in zip(s, ceiling, strict=True))]
+        if len(shapes) > MAX_CALIBRATION_SHAPES or past:
+            found = f"{past[0]} is past the buckets' ceilings" if past else f"{len(shapes)} are given"
+            raise ConfigError(f"calibration shapes: {found}; expected at most {MAX_CALIBRATION_SHAPES} [rows, prompt, "
+                              f"answer] of at most {list(ceiling)} (each is clipped to the export's buckets); "
+                              f"re-export with seer-export")  # fmt: skip
         r = self.repeats
-        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 1:
-            raise ConfigError(f"calibration repeats must be a whole number >= 1, got {r!r}")
+        if not is_whole(r) or not 1 <= r <= MAX_CALIBRATION_REPEATS:
+            raise ConfigError(f"calibration repeats must be a whole number in [1, {MAX_CALIBRATION_REPEATS}] (the "
+                              f"timed steps per shape), got {_shown(r)}; re-export with seer-export")  # fmt: skip
         object.__setattr__(self, "shapes", tuple(tuple(int(v) for v in s) for s in shapes))
 
     def to_dict(self) -> dict[str, Any]:
@@ -354,8 +384,9 @@ class SeerConfig:
             object.__setattr__(self, "detector", "jump" if self.signal == "mlp_sparsity" else "threshold")
         if self.detector not in DETECTORS:
             raise ConfigError(f"seer.detector must be one of {DETECTORS}, got {self.detector!r}")
-        if self.probe_layer < 0:
-            raise ConfigError(f"seer.probe_layer must be >= 0, got {self.probe_layer}")
+        if not is_whole(self.probe_layer) or self.probe_layer < 0:
+            raise ConfigError(f"seer.probe_layer must be a whole number >= 0, got {_shown(self.probe_layer)}; "
+                              f"re-calibrate with seer-calibrate --write")  # fmt: skip
         if self.window < 1:
             raise ConfigError(f"seer.window must be >= 1, got {self.window}")
         if self.margin < 0:
@@ -374,6 +405,9 @@ class SeerConfig:
             object.__setattr__(self, "probe_bias", float(self.probe_bias))
         except (TypeError, ValueError):
             raise ConfigError("seer.probe_weights must be a list of numbers and seer.probe_bias a number") from None
+        if not all(math.isfinite(w) for w in (*weights, self.probe_bias)):
+            raise ConfigError("seer.probe_weights and seer.probe_bias hold a NaN or an infinity; expected finite "
+                              "numbers: re-calibrate with seer-calibrate --write")  # fmt: skip
         object.__setattr__(self, "probe_weights", weights)
         if self.signal == "probe" and not weights:
             raise ConfigError(

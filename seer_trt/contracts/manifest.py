@@ -42,7 +42,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from seer_trt.contracts.config import CostCalibration, GenerationConfig, SeerConfig, SpecialTokens, WindowRule
+from seer_trt.contracts.config import CostCalibration, GenerationConfig, SeerConfig, SpecialTokens, WindowRule, is_whole
 from seer_trt.contracts.confined import MAX_INDEX_BYTES, MAX_MANIFEST_BYTES, inside, read_bounded
 from seer_trt.contracts.errors import ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec, TensorSpec
@@ -90,6 +90,11 @@ class ModelInfo:
     logit_shift: int = 0
 
     def __post_init__(self) -> None:
+        dims = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "vocab_size")
+        bad = {d: getattr(self, d) for d in dims if not is_whole(getattr(self, d)) or getattr(self, d) < 1}
+        if bad:
+            raise ManifestError(f"model {bad}: expected whole numbers >= 1 (the exported model's dims); re-export "
+                                f"with seer-export")  # fmt: skip
         k = self.loop_blocks
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ManifestError(f"model.loop_blocks is {k!r}; expected a whole number >= 1 or null")
@@ -382,6 +387,30 @@ class Manifest:
     def __post_init__(self) -> None:
         if self.lengths is None:
             object.__setattr__(self, "lengths", WindowRule.of(self.generation, self.model.loop_blocks))
+        self.check_bounds()
+
+    def check_bounds(self) -> None:
+        """What the manifest says of its ids and layers lies inside its own model (docs/DESIGN.md "Bounds and output
+        folders"): every special id and image marker id a row of the vocabulary, the Seer probe layer one of the
+        model's layers. The C++ runtime refuses the same (cpp/src/manifest.cpp).
+
+        Raises:
+            ManifestError: naming the value, the range it must lie in, and the fix.
+        """
+        vocab, layers = self.model.vocab_size, self.model.num_layers
+        outside = {k: v for k, v in self.special_tokens.to_dict().items() if v >= vocab}
+        if outside:
+            raise ManifestError(f"special_tokens {outside} lie outside the vocabulary [0, {vocab}) (model.vocab_size); "
+                                f"the tokenizer and the graphs come from different models: re-export with "
+                                f"seer-export")  # fmt: skip
+        markers = [i for i in (*self.vision.prefix_ids, *self.vision.suffix_ids) if not 0 <= i < vocab]
+        if markers:
+            raise ManifestError(f"vision image marker ids {markers} (prefix_ids, suffix_ids) lie outside the vocabulary "
+                                f"[0, {vocab}) (model.vocab_size); re-export with seer-export")  # fmt: skip
+        if not self.seer.probe_layer < layers:
+            raise ManifestError(f"seer.probe_layer {self.seer.probe_layer} is not a layer of the model: expected 0 <= "
+                                f"probe_layer < {layers} (model.num_layers); re-calibrate with seer-calibrate "
+                                f"--write, or re-export with seer-export")  # fmt: skip
 
     def graph(self, name: str) -> GraphEntry:
         """The entry of graph ``name``.
@@ -467,13 +496,13 @@ class Manifest:
                 kw["cost_calibration"] = CostCalibration.from_dict(
                     _take(kw["cost_calibration"], CostCalibration, "manifest cost_calibration", lenient)
                 )
-        except ManifestError:
-            raise
+            return cls(**kw)
+        except ManifestError as err:
+            raise ManifestError(err if str(err).startswith(where) else f"{where}: {err}") from None
         except SeerError as err:  # a config value out of range: name the file
             raise ManifestError(f"{where}: {err}") from None
         except (TypeError, ValueError, AttributeError) as err:
             raise ManifestError(f"{where}: malformed value ({err}); re-export it with seer-export") from None
-        return cls(**kw)
 
     @classmethod
     def read(cls, folder: str | Path) -> Manifest:

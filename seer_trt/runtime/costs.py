@@ -5,7 +5,9 @@ In:  a backend with the ``denoise`` graph, the export's manifest and the buckets
 Out: ``CostModel``: seconds of one step over b rows x s tokens, with the fit's own error.
 
 An explicit step: ``SeerPipeline.calibrate_costs`` runs it at open (``from_manifest(..., calibrate=True)``) or,
-when a call's plan first needs it, before that call executes; never inside a request's own work.
+when a call's plan first needs it, before that call executes; never inside a request's own work. What it times is
+bounded before it starts: the manifest's shapes and repeats when the manifest is read (at most
+``MAX_CALIBRATION_SHAPES`` shapes, ``MAX_CALIBRATION_REPEATS`` repeats), each shape clipped to the buckets here.
 """
 
 from __future__ import annotations

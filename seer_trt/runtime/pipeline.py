@@ -39,7 +39,7 @@ from seer_trt.runtime import costs
 from seer_trt.runtime.boundary import detect
 from seer_trt.runtime.decoding import Decoding, choose
 from seer_trt.runtime.denoise import Loop
-from seer_trt.runtime.detokenize import detokenize
+from seer_trt.runtime.detokenize import MaskAnswerError, answer
 from seer_trt.runtime.dispatch import CostModel, DispatchPlan, plan_dispatch
 from seer_trt.runtime.embed import Embedder, PromptEmbeds
 from seer_trt.runtime.image import Image, ImageLimits, prepare_image
@@ -466,10 +466,16 @@ class SeerPipeline:
             used[i], refreshes[i] = loop.used[j], loop.refreshes[j]
         t0 = time.perf_counter()
         kept = run.kept[rows]
-        answers = detokenize(tokens, kept, self.prompts.tokenizer, special.eot_id)
+        answers: list = []
+        for row, k in zip(tokens, kept, strict=True):
+            try:
+                answers.append(answer(row, int(k), self.prompts.tokenizer, special.eot_id, special.mask_id))
+            except MaskAnswerError as err:  # a broken export's "answer": this request fails alone
+                answers.append(err)
         run.clock["detokenize"] = time.perf_counter() - t0
-        return [Result(text, tuple(a), tuple(row[:k].tolist()), int(k), int(s), n, dict(run.clock), refreshes=int(r))
-                for (a, text), row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
+        return [Result.failed(str(a), "internal") if isinstance(a, MaskAnswerError) else
+                Result(a[1], tuple(a[0]), tuple(row[:k].tolist()), int(k), int(s), n, dict(run.clock), refreshes=int(r))
+                for a, row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
 
     def tails(self, kept: np.ndarray, gen_length: int, prompt_lengths: list[int]) -> np.ndarray:
         """[R] end-tail positions of a group's rows (docs/DESIGN.md "Seer, exactly"): ``seer.tail`` of each cut row's
