@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from seer_trt.backends.base import axis_sizes, selected
+from seer_trt.backends.base import HostMemory, axis_sizes, selected
+from seer_trt.contracts.backend import DeviceArray, DeviceMemory, Transfers
 from seer_trt.contracts.confined import MAX_INDEX_BYTES, export_file, inside, regular
 from seer_trt.contracts.errors import ConfigError, ManifestError
 from seer_trt.contracts.graphs import GraphSpec
@@ -135,6 +136,11 @@ class OrtBackend:
         self.share_weights = share_weights and provider == "cpu" and manifest.weights is not None
         self.prepack_loop = self.share_weights and loop_prepack_fits(manifest)
         self._shared: dict[str, tuple[np.ndarray, object]] | None = None  # name -> (mapped array, its OrtValue)
+        self.transfers = Transfers()
+        # where the graphs run: host memory under the CPU provider, the GPU under CUDA and TensorRT (the prompt K/V
+        # pool and the calls' K/V buffers live there, bound to the sessions in place)
+        self.device_id = 0
+        self.memory: DeviceMemory = HostMemory(self.transfers) if provider == "cpu" else _cuda_memory(self.transfers)
         self._sessions: dict[str, object] = {}
         self._lock = threading.Lock()
         self._local = threading.local()  # per thread: a BindingCache
@@ -219,15 +225,25 @@ class OrtBackend:
             cache = self._local.bindings = BindingCache(self.cache_bytes)
         return cache
 
-    def run(self, graph: str, feeds: Mapping[str, np.ndarray],
-            outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray | DeviceArray], outputs: Collection[str] | None = None,
+            into: Mapping[str, DeviceArray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """The ``Backend`` call: numpy feeds are copied in (bound in place on the CPU provider), ``DeviceArray`` feeds
+        and ``into`` outputs are bound where they lie, in ``memory``."""
         sess = self._session(graph)
-        wanted = selected(self.spec(graph), outputs)
-        key = (graph, tuple((k, np.shape(v)) for k, v in feeds.items()), wanted)
+        into = into or {}
+        wanted = selected(self.spec(graph), outputs, into)
+        shapes = tuple((k, v.shape if isinstance(v, DeviceArray) else np.shape(v)) for k, v in feeds.items())
+        key = (graph, shapes, wanted, tuple(sorted(into)))
         binding, result = self.bindings().get(key, lambda: self._bind(sess, graph, feeds, wanted))
         for name, value in feeds.items():
-            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            if isinstance(value, DeviceArray):
+                binding.bind_input(name, value.device, self.device_id, value.dtype, list(value.shape), value.ptr)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name, value in into.items():
+            binding.bind_output(name, value.device, self.device_id, value.dtype, list(value.shape), value.ptr)
         sess.run_with_iobinding(binding)
+        self.transfers.count(feeds, result)
         return result
 
     def _bind(self, sess, graph: str, feeds: Mapping[str, np.ndarray], wanted: tuple[str, ...]):
@@ -250,6 +266,13 @@ class OrtBackend:
             self._sessions.clear()
             self._shared = None  # after the sessions that use them
         self._local = threading.local()
+
+
+def _cuda_memory(transfers: Transfers) -> DeviceMemory:
+    """The GPU's memory for the CUDA and TensorRT providers (device 0, the primary context ONNX Runtime uses)."""
+    from seer_trt.backends.cuda import Cuda, CudaMemory
+
+    return CudaMemory(Cuda(0), transfers)
 
 
 class BindingCache:

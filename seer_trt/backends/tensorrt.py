@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from seer_trt.backends.base import axis_sizes, selected
-from seer_trt.backends.cuda import Cuda, Device, cuda_device
+from seer_trt.backends.cuda import Cuda, CudaMemory, Device, cuda_device
+from seer_trt.contracts.backend import DeviceArray, DeviceMemory, Transfers
 from seer_trt.contracts.confined import export_file, inside
 from seer_trt.contracts.errors import ConfigError, EngineError
 from seer_trt.contracts.graphs import GraphSpec
@@ -147,8 +148,8 @@ class _Context:
     stream: ctypes.c_void_p  # its own stream: a capture records only this context's work
     lock: threading.Lock  # a context runs one call at a time
     shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # input shapes last set
-    bound: _Buffers | None = None  # the buffer set the context's tensor addresses are set to
-    graph_key: tuple | None = None  # the input shapes ``graph`` was captured at (with ``bound``'s addresses)
+    addresses: dict[str, int] = dataclasses.field(default_factory=dict)  # tensor -> the address it is set to
+    graph_key: tuple | None = None  # the input shapes ``graph`` was captured at (with ``addresses``)
     graph: ctypes.c_void_p | None = None  # instantiated CUDA graph of one execution at ``graph_key``
     capturable: bool = True  # False once TensorRT could not be captured for this engine
 
@@ -203,6 +204,8 @@ class TrtBackend:
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.runtime = trt.Runtime(self.logger)
         self.cuda = Cuda(device)
+        self.transfers = Transfers()
+        self.memory: DeviceMemory = CudaMemory(self.cuda, self.transfers)  # the prompt K/V pool lives here
         self._buckets = self.record.buckets or buckets_of(self.record)
         self._engines: dict[str, _Engine] = {}
         self._lock = threading.Lock()
@@ -220,10 +223,12 @@ class TrtBackend:
         """The buckets the plans' profiles were planned from (``seer-build --profiles`` included)."""
         return self._buckets
 
-    def run(self, graph: str, feeds: Mapping[str, np.ndarray],
-            outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray | DeviceArray], outputs: Collection[str] | None = None,
+            into: Mapping[str, DeviceArray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
         spec = self.spec(graph)
-        wanted = selected(spec, outputs)  # every output has its device buffer; only these come back to the host
+        into = into or {}
+        # every output has a device buffer (or is written ``into`` a device array); only these come back to the host
+        wanted = selected(spec, outputs, into)
         sizes = axis_sizes(spec, feeds)
         engine = self._engine(graph)
         index = select_profile(engine.profiles, sizes, graph)
@@ -234,17 +239,21 @@ class TrtBackend:
             buffers = self._acquire(engine)
             try:
                 self.cuda.make_current()
-                if ctx.bound is not buffers:  # another set of the pool: point the context at it
-                    for name, ptr in buffers.device.items():
-                        ctx.context.set_tensor_address(name, ptr)
-                    ctx.bound = buffers
-                    self._drop_graph(ctx)
                 for t in spec.inputs:
-                    value = np.ascontiguousarray(feeds[t.name])
+                    value = feeds[t.name]
+                    if not isinstance(value, DeviceArray):
+                        value = np.ascontiguousarray(value)
                     if value.dtype != np.dtype(t.dtype):
                         raise ConfigError(f"graph {graph!r}: input {t.name} is {value.dtype}, expected {t.dtype}")
-                    self._set_shape(ctx, graph, t.name, value.shape, index, engine.profiles[index])
-                    self._upload(buffers, t.name, value, ctx.stream)
+                    self._set_shape(ctx, graph, t.name, tuple(value.shape), index, engine.profiles[index])
+                    if isinstance(value, DeviceArray):  # bound where it lies (the K/V pool's call buffers)
+                        self._address(ctx, t.name, value.ptr)
+                    else:
+                        self._address(ctx, t.name, buffers.device[t.name])
+                        self._upload(buffers, t.name, value, ctx.stream)
+                for t in spec.outputs:
+                    self._address(ctx, t.name, into[t.name].ptr if t.name in into else buffers.device[t.name])
+                self.memory.synchronize()  # the K/V copies this call reads are done
                 self._execute(ctx, graph, tuple(ctx.shapes[t.name] for t in spec.inputs) if static else None)
                 result = {}
                 for t in (t for t in spec.outputs if t.name in wanted):
@@ -253,6 +262,7 @@ class TrtBackend:
                     self.cuda.to_host(view, buffers.device[t.name], ctx.stream)
                     result[t.name] = view
                 self.cuda.sync(ctx.stream)
+                self.transfers.call(result)
             finally:
                 with engine.lock:
                     engine.free.append(buffers)
@@ -362,6 +372,14 @@ class TrtBackend:
                               f"`{rebuild_command(self.folder, self.name)} --profiles ...`")  # fmt: skip
         ctx.shapes[name] = shape
 
+    def _address(self, ctx: _Context, name: str, ptr: int) -> None:
+        """Point the context's tensor ``name`` at ``ptr`` (a buffer of the engine's pool, or a device array fed or
+        written into); a CUDA graph captured with the old address is dropped."""
+        if ctx.addresses.get(name) != ptr:
+            ctx.context.set_tensor_address(name, ptr)
+            ctx.addresses[name] = ptr
+            self._drop_graph(ctx)
+
     def _upload(self, buffers: _Buffers, name: str, value: np.ndarray, stream: ctypes.c_void_p) -> None:
         """Copy one input to the device through its page-locked staging buffer, unless the buffer holds it already:
         a frozen array uploaded by the previous call (a group's prefix, segment and position ids) stays bound."""
@@ -375,6 +393,7 @@ class TrtBackend:
         staged = buffers.staging[name][: value.size].reshape(value.shape)
         np.copyto(staged, value)  # pageable -> pinned on the host; the device copy below is then DMA
         self.cuda.to_device(buffers.device[name], staged, stream)
+        self.transfers.sent(name, value.nbytes)
         if frozen(value):
             buffers.uploaded[name] = value  # also keeps it alive: its id cannot be reused by another array
 

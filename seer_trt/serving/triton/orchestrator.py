@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from seer_trt.backends.base import axis_sizes, selected
+from seer_trt.backends.base import HostMemory, axis_sizes, host_view, selected
+from seer_trt.contracts.backend import DeviceArray, Transfers
 from seer_trt.contracts.errors import InputError, ManifestError, SeerError
 from seer_trt.contracts.graphs import GraphSpec
 from seer_trt.contracts.manifest import Manifest
@@ -101,9 +102,13 @@ class BlsBackend:
         served = [g for g in plans if build is not None and g in build.engines]
         self.limits = {g: max_sizes(build.engines[g].profiles) for g in served}
         self._buckets = build.buckets if served else None
-        self.memory = {}  # outputs in host memory even from GPU models: the pipeline works on numpy arrays
+        self.request_memory = {}  # outputs in host memory even from GPU models: the pipeline works on numpy arrays
         if hasattr(pb, "PreferredMemory"):
-            self.memory["preferred_memory"] = pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0)
+            self.request_memory["preferred_memory"] = pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0)
+        # the orchestrator's own memory is the host's: every tensor, the prompt K/V included, crosses to the component
+        # model at each call and is counted as such (docs/DESIGN.md "Serving and embedding")
+        self.transfers = Transfers()
+        self.memory = HostMemory(self.transfers)
 
     def spec(self, graph: str) -> GraphSpec:
         return self.manifest.graph(graph).spec
@@ -115,11 +120,13 @@ class BlsBackend:
     def buckets(self) -> LengthBuckets | None:
         return self._buckets
 
-    def run(self, graph: str, feeds: Mapping[str, np.ndarray],
-            outputs: Collection[str] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    def run(self, graph: str, feeds: Mapping[str, np.ndarray | DeviceArray], outputs: Collection[str] | None = None,
+            into: Mapping[str, DeviceArray] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
         spec = self.spec(graph)
         axis_sizes(spec, feeds)  # the same checks as a local backend, before anything is sent
-        wanted = selected(spec, outputs)  # the component model sends back only these
+        into = into or {}
+        wanted = selected(spec, outputs, into)  # the component model sends back only these (and ``into``'s)
+        feeds = {k: host_view(v) if isinstance(v, DeviceArray) else v for k, v in feeds.items()}
         if graph not in self.models:
             raise ManifestError(
                 f"this repository serves no {graph!r} model (it has {sorted(self.models)}); regenerate it with "
@@ -130,13 +137,17 @@ class BlsBackend:
         request = pb.InferenceRequest(
             model_name=self.models[graph],
             inputs=inputs,
-            requested_output_names=list(wanted),
-            **self.memory,
+            requested_output_names=[*wanted, *into],
+            **self.request_memory,
         )
         response = request.exec()
         if response.has_error():
             raise ServingError(f"model {self.models[graph]!r} ({graph}) failed: {response.error().message()}")
-        return {name: pb.get_output_tensor_by_name(response, name).as_numpy() for name in wanted}
+        out = {name: pb.get_output_tensor_by_name(response, name).as_numpy() for name in (*wanted, *into)}
+        for name, target in into.items():
+            np.copyto(host_view(target), out.pop(name))
+        self.transfers.count(feeds, {**out, **{n: host_view(t) for n, t in into.items()}})
+        return out
 
     def close(self) -> None:
         pass
