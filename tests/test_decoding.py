@@ -4,6 +4,8 @@ rows, and a log-confidence that ranks like a float64 softmax."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -11,13 +13,16 @@ from test_manifest import make_manifest
 
 from export.onnx.modules import greedy
 from export.reference.sampler import commit_rule
+from seer_trt.backends.base import HostMemory, host_view
+from seer_trt.contracts.backend import DeviceArray, Transfers
 from seer_trt.contracts.config import GenerationConfig, SpecialTokens, canonical_decoding, parse_decoding
 from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.contracts.policies import CacheConfig
-from seer_trt.runtime.decoding import Greedy, Rule, factor_bounds
-from seer_trt.runtime.denoise import current_block_end, denoise
+from seer_trt.contracts.profiles import LengthBuckets
+from seer_trt.runtime.decoding import Rule, choose, factor_bounds
+from seer_trt.runtime.denoise import Loop, LoopSettings, current_block_end, denoise, make_rows
 from seer_trt.runtime.dispatch import CostModel
-from seer_trt.runtime.layout import packed_layout, padded_layout
+from seer_trt.runtime.kv_cache import KVPool
 from seer_trt.runtime.request import Request
 from seer_trt.runtime.schedule import plan_schedule
 
@@ -47,7 +52,7 @@ def conf(rows: list[list[float]]) -> np.ndarray:
 def test_threshold_commits_every_confident_position_and_at_least_the_best():
     c = conf([[0.95, 0.5, 0.91, 0.0], [0.3, 0.6, 0.6, 0.2]])
     eligible = np.isfinite(c)
-    got = Rule("threshold", 0.9).commit(c, eligible, np.ones(2, dtype=np.int64))
+    got = Rule.of("threshold", 0.9).commit(c, eligible, np.ones(2, dtype=np.int64))
     assert got.tolist() == [[True, False, True, False], [False, True, False, False]]  # tie: the earlier one
 
 
@@ -57,7 +62,7 @@ def test_factor_commits_the_run_that_meets_its_bounds():
     assert bounds[0] == 0 and np.allclose(bounds[1:], [2 / 3, 3 / 4, 4 / 5])
     c = conf([[0.7, 0.99, 0.76, 0.5], [0.99, 0.99, 0.99, 0.99], [0.1, 0.0, 0.0, 0.0], [0.7, 0.6, 0.99, 0.98]])
     eligible = np.isfinite(c)
-    got = Rule("factor", 1.0).commit(c, eligible, np.ones(4, dtype=np.int64))
+    got = Rule.of("factor", 1.0).commit(c, eligible, np.ones(4, dtype=np.int64))
     assert got.tolist() == [
         [False, True, True, False],  # 0.99 (rank 1), 0.76 >= 2/3 (rank 2), then 0.7 < 3/4 stops the run
         [True, True, True, True],  # 0.99 meets every bound
@@ -65,12 +70,12 @@ def test_factor_commits_the_run_that_meets_its_bounds():
         [False, False, True, True],  # 0.99, 0.98 >= 2/3, then 0.7 < 3/4
     ]
     # a large factor lowers every bound to nothing: all eligible commit (1 - f / (n + 1) <= 0)
-    assert Rule("factor", 10.0).commit(c, eligible, np.ones(4, dtype=np.int64)).sum() == eligible.sum()
+    assert Rule.of("factor", 10.0).commit(c, eligible, np.ones(4, dtype=np.int64)).sum() == eligible.sum()
 
 
 def test_fixed_is_the_scheduled_top_k():
     c = conf([[0.2, 0.9, 0.5, 0.9]])
-    assert Rule("fixed", None).commit(c, np.isfinite(c), np.array([2])).tolist() == [[False, True, False, True]]
+    assert Rule.of("fixed").commit(c, np.isfinite(c), np.array([2])).tolist() == [[False, True, False, True]]
 
 
 @pytest.mark.parametrize("rule", [("threshold", 0.8), ("factor", 1.0), ("factor", 3.0), ("fixed", None)])
@@ -81,7 +86,7 @@ def test_the_reference_sampler_commits_what_the_runtime_commits(rule):
         c = conf(p.tolist())
         eligible = np.isfinite(c)
         k = rng.integers(1, 5, 6)
-        want = Rule(*rule).commit(c, eligible, k)
+        want = Rule.of(*rule).commit(c, eligible, k)
         got = commit_rule(rule, torch.from_numpy(c), torch.from_numpy(eligible), torch.from_numpy(k)).numpy()
         assert np.array_equal(got, want & eligible)
 
@@ -126,20 +131,30 @@ def fake_model(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 class Counting:
-    """A backend over ``fake_model`` that records the batch of every call."""
+    """A backend over ``fake_model`` that records the batch of every call, in host memory."""
 
     def __init__(self) -> None:
         self.manifest = MANIFEST
+        self.transfers = Transfers()
+        self.memory = HostMemory(self.transfers)
         self.batches: list[int] = []
-        self.fetched: list = []  # the outputs each call asked for (None: all)
+        self.fetched: list = []  # the outputs each call asked back (None: all)
+        self.into: list = []  # the outputs each call wrote into device arrays
 
     def spec(self, graph):
         return MANIFEST.graph(graph).spec
 
-    def run(self, graph, feeds, outputs=None):
+    def max_shape(self, graph):
+        return None
+
+    def run(self, graph, feeds, outputs=None, into=None):
+        feeds = {k: host_view(v) if isinstance(v, DeviceArray) else v for k, v in feeds.items()}
         self.batches.append(feeds["gen_ids"].shape[0])
         self.fetched.append(outputs)
+        self.into.append(sorted(into or ()))
         out = fake_model(feeds)
+        for name, target in (into or {}).items():
+            np.copyto(host_view(target), out[name])
         return out if outputs is None else {k: v for k, v in out.items() if k in outputs}  # only what was asked
 
 
@@ -148,51 +163,86 @@ def prompts(lengths, seed=0):
     return [rng.standard_normal((p, MANIFEST.model.hidden_size)).astype(np.float32) for p in lengths]
 
 
+def loop_settings(backend, policy, cost=None):
+    pool = KVPool(backend.memory, backend.spec("denoise"), 2**30)
+    return LoopSettings(backend, MASK, BUCKETS, policy, cost=cost, pool=pool)
+
+
+BUCKETS = LengthBuckets(batch=(1, 2, 4), prompt=(32,), answer=(16,))
+
+
 @pytest.mark.parametrize("decoding", ["fixed", "threshold:0.7", "factor:1"])
 @pytest.mark.parametrize("cache", ["none", "reuse"])
-def test_a_row_denoises_alike_alone_padded_packed_and_when_its_group_is_re_formed(decoding, cache):
+def test_a_row_denoises_alike_alone_and_in_every_split_of_its_steps(decoding, cache):
+    """The same tokens and steps for each row alone and for the four rows together under every split of a step's
+    rows into calls (padded at the buckets, packed, one a call, in order), as they finish at different steps."""
     kept = np.array([16, 3, 9, 2])
     rows = prompts((12, 30, 7, 20))
     gen = GenerationConfig(gen_length=16, steps=16, block_length=8, decoding=decoding)
-    schedule = plan_schedule(gen, kept)
+    decoding_ = dataclasses.replace(choose(gen, MANIFEST), rule=Rule.parse(decoding))
     policy = CacheConfig(cache, 4)
 
-    def run(layout, sched, backend):
-        return denoise(backend, layout, sched, Greedy(), MASK, cache=policy, rule=Rule.parse(gen.decoding),
-                       block_length=gen.block_length)  # fmt: skip
+    def run(indices, backend, dispatch):
+        schedule = plan_schedule(gen, kept[indices])
+        made = make_rows([rows[i] for i in indices], schedule, decoding_, MASK, True, cache=policy,
+                         block_length=gen.block_length)  # fmt: skip
+        return denoise(loop_settings(backend, dispatch), made)
 
-    padded_backend = Counting()
-    padded = run(padded_layout(rows, kept, 32, 16), schedule, padded_backend)
-    packed = run(packed_layout(rows, kept), schedule, Counting())
-    alone = [run(padded_layout([rows[i]], kept[i : i + 1], 32, 16), schedule.rows([i]), Counting()) for i in range(4)]
+    together = {p: run([0, 1, 2, 3], Counting(), p) for p in ("static", "packed", "per_request", "naive_pad")}
+    alone = [run([i], Counting(), "per_request") for i in range(4)]
     for i in range(4):
-        assert padded.tokens[i, : kept[i]].tolist() == alone[i].tokens[0, : kept[i]].tolist() == \
-            packed.tokens[i, : kept[i]].tolist()  # fmt: skip
-        assert padded.steps[i] == alone[i].steps[0] == packed.steps[i]
+        for got in together.values():
+            assert got.tokens[i, : kept[i]].tolist() == alone[i].tokens[0, : kept[i]].tolist()
+            assert got.steps[i] == alone[i].steps[0]
+    padded = together["static"]
     assert (padded.tokens[np.arange(16)[None] < kept[:, None]] != MASK).all()  # every kept position committed
-    # the padded group shrank as its rows finished (at most half live: re-formed), never grew
-    assert padded_backend.batches[0] == 4 and padded_backend.batches[-1] < 4
-    assert all(a >= b for a, b in zip(padded_backend.batches, padded_backend.batches[1:], strict=False))
     if decoding != "fixed":
         assert padded.steps.max() < kept.max()  # several tokens a step somewhere
-    # outputs on demand: the prompt's K/V is fetched only by a step that stores it, so never under cache none
-    asked_all = [f is None for f in padded_backend.fetched]
-    assert all(f is None or not any(n.startswith("present.") for n in f) for f in padded_backend.fetched)
-    assert any(asked_all) == (cache != "none") and not all(asked_all)
 
 
-def test_the_cost_model_decides_when_a_group_is_re_formed():
+def test_each_row_steps_in_one_call_a_step_and_no_k_v_comes_back_to_the_host():
+    """Every live row sits in exactly one call of a step, finished rows in none; a refresh writes its K/V into the
+    loop's device buffers (``into``), never back to the host; under cache none nothing is written at all."""
+    kept = np.array([16, 3, 9, 2])
+    rows = prompts((12, 30, 7, 20))
+    gen = GenerationConfig(gen_length=16, steps=16, block_length=16, decoding="fixed")
+    for cache in ("none", "reuse"):
+        backend = Counting()
+        made = make_rows(rows, plan_schedule(gen, kept), choose(gen, MANIFEST), MASK, True,
+                         cache=CacheConfig(cache, 4))  # fmt: skip
+        loop = Loop(loop_settings(backend, "naive_pad"))
+        assert loop.add(made) == 4
+        live = []
+        while True:
+            live.append(len(loop.live()))
+            before = len(backend.batches)
+            if not loop.step():
+                break
+            assert sum(backend.batches[before:]) == live[-1]  # naive_pad: each live row once, no padding rows
+        loop.close()
+        assert live[0] == 4 and live[-1] == 0 and all(a >= b for a, b in zip(live, live[1:], strict=False))
+        assert all(f is None or not any(n.startswith("present.") for n in f) for f in backend.fetched)
+        wrote = [bool(i) for i in backend.into]
+        if cache == "none":
+            assert not any(wrote)
+        else:  # the refreshes wrote their K/V on the device; the cached steps between read it there
+            assert any(wrote) and not all(wrote)
+        assert backend.transfers.to_host["kv"] == 0 and backend.transfers.to_device["kv"] == 0
+
+
+def test_the_cost_model_chooses_how_a_steps_rows_are_split():
+    """A call that costs the same whatever it holds: one call a step for all live rows. A cost per slot and no
+    fixed cost: one row a call (padding would only add slots)."""
     kept = np.array([16, 2, 2, 2])
     rows = prompts((12, 30, 7, 20))
-    schedule = plan_schedule(GenerationConfig(gen_length=16, steps=16, block_length=16), kept)
-    free = CostModel(1e-3, 0.0, 0.0)  # a call costs the same whatever its batch: re-forming never pays
-    per_slot = CostModel(0.0, 1e-6, 0.0, error=0.1)  # cost grows with the batch: it pays as soon as rows finish
-    backends = {}
-    for name, cost in (("free", free), ("per_slot", per_slot)):
-        backends[name] = Counting()
-        denoise(backends[name], padded_layout(rows, kept, 32, 16), schedule, Greedy(), MASK, cost=cost)
-    assert set(backends["free"].batches) == {4}
-    assert backends["per_slot"].batches[:2] == [4, 4] and backends["per_slot"].batches[2:] == [1] * 14
+    gen = GenerationConfig(gen_length=16, steps=16, block_length=16)
+    free = CostModel(1e-3, 0.0, 0.0)
+    per_slot = CostModel(0.0, 1e-6, 0.0, error=0.1)
+    for cost, want in ((free, {4, 1}), (per_slot, {1})):
+        backend = Counting()
+        made = make_rows(rows, plan_schedule(gen, kept), choose(gen, MANIFEST), MASK, True)
+        denoise(loop_settings(backend, "cost_model", cost), made)
+        assert set(backend.batches) == want
 
 
 # ---- the graph's log-confidence -----------------------------------------------------------------------------------

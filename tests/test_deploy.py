@@ -51,7 +51,14 @@ def test_the_deployment_runs_a_seer_serve_command_the_parser_takes_and_probes_it
 
     from seer_trt.serving.metrics import Metrics
 
-    idle = SimpleNamespace(depth=0, rows=[], steps=0, rows_per_step=[])  # what Metrics reads of an engine
+    idle = SimpleNamespace(
+        depth=0,
+        rows=[],
+        steps=0,
+        rows_per_step=[],
+        calls_per_step=[],
+        kv={"slots": 0, "bytes": 0, "budget": 0, "buffer_bytes": 0, "waiting": 0},
+    )  # what Metrics reads
     exported = Metrics(idle).render().decode()
     assert re.search(rf"^{metric} 0\.0$", exported, re.M), exported  # the server exports it
 

@@ -178,7 +178,8 @@ def test_a_cached_step_computes_the_last_prompt_position_and_equals_the_exact_st
 
 
 def test_dreams_schedule_matches_its_float32_timesteps():
-    from seer_trt.runtime.schedule import dream_transfer, linspace32, plan_schedule
+    from seer_trt.runtime.decoding import dream_transfer, linspace32
+    from seer_trt.runtime.schedule import plan_schedule
 
     for n in range(1, 1200, 7):
         np.testing.assert_array_equal(linspace32(1.0, 1e-3, n), torch.linspace(1, 1e-3, n).numpy())
@@ -294,36 +295,47 @@ def test_runtime_tokens_equal_the_pytorch_reference(export, checkpoint, mode):
 
 @pytest.mark.slow
 def test_the_cache_keeps_each_rows_last_prompt_position_live(export):
-    """Through the exported graph, padded and packed: a cached step against a snapshot taken at the same answer state
-    gives the refresh's predictions; the snapshot holds the prompt without each row's last position."""
-    from seer_trt.contracts.policies import CacheConfig
-    from seer_trt.runtime.kv_cache import GroupCache
-    from seer_trt.runtime.layout import packed_layout, padded_layout
+    """Through the exported graph, refreshed padded and packed: a cached step against the snapshots taken at the same
+    answer state gives the refresh's predictions; a snapshot holds its row's prefix without its last position, which
+    the cached step computes live."""
+    from seer_trt.runtime.kv_cache import ONE, CallBuffers, KVPool, no_cache
+    from seer_trt.runtime.layout import rows_cached, rows_packed, rows_padded
     from seer_trt.runtime.pipeline import SeerPipeline
 
     out, manifest = export
     pipe = SeerPipeline.from_manifest(out)
     prompts = [pipe.encode(q).embeds for q in ("a b c d", "a b", "c")]
+    positions = [np.arange(len(p)) for p in prompts]
+    lengths = [len(p) for p in prompts]
     kept = np.array([6, 4, 5])
     spec = pipe.backend.spec("denoise")
     mask = manifest.special_tokens.mask_id
     x = np.random.default_rng(0).integers(0, VOCAB - 6, (3, 6))
-    for layout in (padded_layout(prompts, kept, max(len(p) for p in prompts), 6), packed_layout(prompts, kept)):
-        kv = GroupCache(CacheConfig("reuse", 4), spec, layout, logit_shift=1)
-        base = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(x, mask),
-                "segment_ids": layout.segment_ids, "position_ids": layout.position_ids}  # fmt: skip
-        feeds, refresh = kv.plan(0, False)
-        assert refresh
-        fresh = pipe.backend.run("denoise", {**base, **feeds})
-        kv.store(0, fresh)
-        feeds, refresh = kv.plan(1, False)
-        padded = layout.gen_shape[0] == 3
-        assert not refresh and feeds["prefix_embeds"].shape[1] == (1 if padded else 3)  # one column, or one a row
-        snap = feeds["past_key_values.0.key"]
-        assert snap.shape[3] == layout.prefix_embeds.shape[1] - feeds["prefix_embeds"].shape[1]
-        cached = pipe.backend.run("denoise", {**base, **feeds})
-        got, want = layout.gather(cached["x0"], (3, 6), -1), layout.gather(fresh["x0"], (3, 6), -1)
-        np.testing.assert_array_equal(got, want)
+    pool = KVPool(pipe.backend.memory, spec, 2**28)
+    buffers = CallBuffers(pool, 4)
+    for layout in (rows_padded(prompts, positions, lengths, kept, max(lengths), 6),
+                   rows_packed(prompts, positions, lengths, kept)):  # fmt: skip
+        feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(x, mask),
+                 "segment_ids": layout.segment_ids, "position_ids": layout.position_ids, **no_cache(spec, layout.gen_shape[0])}  # fmt: skip
+        present = buffers.present_into(layout.gen_shape[0], layout.prefix_embeds.shape[1])
+        fresh = pipe.backend.run("denoise", feeds, ["x0"], into=present)["x0"].copy()
+        slots = [pool.reserve(n - 1, 1) for n in lengths]  # the last prefix position stays out of the snapshot
+        for i, slot in enumerate(slots):
+            pool.store(slot, 0, present, int(layout.prefix_at[0][i]), int(layout.prefix_at[1][i]))
+        past_len = max(lengths) - 1
+        cached = rows_cached(prompts, positions, lengths, kept, past_len, 6, shifted=True)
+        assert cached.prefix_embeds.shape[1] == 1  # each row's last prompt position, computed live
+        buffers.begin_step()
+        handle, order = buffers.past_call([0, 1, 2], 1, past_len)
+        assert order == [0, 1, 2]  # a new buffer: the rows in their order
+        past = buffers.past_feeds(handle, [(i, slot, (0,)) for i, slot in enumerate(slots)])
+        got = pipe.backend.run("denoise", {"prefix_embeds": cached.prefix_embeds, "gen_ids": cached.gen_ids(x, mask),
+                                           "segment_ids": cached.segment_ids, "position_ids": cached.position_ids,
+                                           "past_weights": ONE, **past}, ["x0"])["x0"]  # fmt: skip
+        np.testing.assert_array_equal(cached.gather(got, (3, 6), -1), layout.gather(fresh, (3, 6), -1))
+        for slot in slots:
+            pool.release(slot)
+    buffers.close()
     pipe.close()
 
 

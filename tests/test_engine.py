@@ -203,9 +203,9 @@ def test_a_request_whose_client_left_is_not_prepared_or_run(pipe, monkeypatch):
 
     real_start, started = pipe.start_group, []
 
-    def start_group(group, policy):
+    def start_group(group):
         started.append(len(group.rows))
-        return real_start(group, policy)
+        return real_start(group)
 
     monkeypatch.setattr(pipe, "prepare_one", slow)
     monkeypatch.setattr(pipe, "start_group", start_group)
@@ -229,9 +229,9 @@ def test_a_request_whose_client_left_is_not_prepared_or_run(pipe, monkeypatch):
         assert "count to 3 ." not in calls  # never prepared
         assert sum(started) == 1  # busy[0]'s row alone: the one cancelled while prepared started none
         deadline = time.monotonic() + 10
-        while (engine.rows or engine.cohorts) and time.monotonic() < deadline:  # the step retiring the last row ends
+        while engine.rows and time.monotonic() < deadline:  # the step retiring the last row ends
             time.sleep(0.01)
-        assert engine.rows == [] and engine.cohorts == []
+        assert engine.rows == [] and not engine.loop.rows
     finally:
         engine.close()
 
@@ -363,3 +363,66 @@ def test_an_engine_run_by_hand_calls_every_graph_on_the_callers_thread(pipe, mon
             started.run_until([])
     finally:
         started.close()
+
+
+@pytest.mark.slow
+def test_rows_admitted_at_different_steps_share_each_steps_calls(pipe):
+    """Rows, not cohorts, step together: two requests join at every step boundary (the exact loop, every row at
+    another step of its own), and each engine step makes at most two window-graph calls (the rows computing their
+    prompt, the rows reading it) whose rows are every live row; the answers are each request's alone."""
+    requests = [Request(q, seer=False, decoding="fixed", gen_length=16, steps=16)
+                for q in ("count to 3 .", "count to 5 .", "repeat cat 2 times .", "count to 7 .", "list the colours .",
+                          "count to 2 .", "repeat dog 3 times .", "count to 4 .")]  # fmt: skip
+    alone = [pipe.generate([r])[0] for r in requests]
+    engine = Engine(pipe, policy="naive_pad")  # stepped by hand: one call per class of rows
+    calls: list[tuple[int, int]] = []  # (engine step, rows of a window-graph call)
+    tickets = []
+    while len(tickets) < len(requests) or engine.rows:
+        for r in requests[len(tickets) : len(tickets) + 2]:
+            tickets.append(engine.submit(r))
+        live = 0 if engine.loop is None else len(engine.loop.live())
+        if engine.loop is not None:
+            engine.loop.on_call = lambda call: calls.append((engine.steps, call.rows))
+        engine.step()
+        joined = len(engine.loop.live()) if live == 0 else None
+        assert engine.steps < 500 and (joined is None or joined >= 0)
+    got = [t.result(0) for t in tickets]
+    engine.close()
+    assert all(g.ok for g in got) and differing(alone, got) == []
+    per_step: dict[int, list[int]] = {}
+    for step, rows in calls:
+        per_step.setdefault(step, []).append(rows)
+    assert max(len(c) for c in per_step.values()) <= 2  # one call for refreshing rows, one for the rest
+    assert max(sum(c) for c in per_step.values()) > 2  # rows admitted at different steps shared calls
+    assert engine.calls_per_step and max(engine.calls_per_step) <= 2
+
+
+@pytest.mark.slow
+def test_requests_wait_for_their_k_v_slot_and_one_that_can_never_fit_fails_alone(fixture_export):
+    """Admission by memory: a K/V pool that holds two rows' prompt K/V admits two at a time, the others wait in
+    order and are answered as slots come back; a request larger than the whole budget fails alone, in one line."""
+    probe = SeerPipeline.from_manifest(fixture_export[0], threads=1)
+    requests = [Request(f"count to {k} .", cache="reuse") for k in (3, 5, 7, 4, 9)]  # prompts of one length
+    alone = [probe.generate([r])[0] for r in requests]
+    pool = probe.kv_pool()
+    (length,) = {len(probe.prompts.ids(r.prompt, False)) for r in requests}
+    two = 2 * pool.slot_bytes(length, 1)  # two rows' snapshots, exactly
+    pipe = SeerPipeline.from_manifest(fixture_export[0], threads=1, kv_budget=two)
+    engine = Engine(pipe, policy="naive_pad")
+    held = []  # slots held at each graph call (between a step's admission and its retirements)
+    run = pipe.backend.run
+    pipe.backend.run = lambda *a, **k: held.append(engine.kv["slots"]) or run(*a, **k)
+    tickets = [engine.submit(r) for r in requests]
+    while engine.rows or engine.depth:
+        engine.step()
+    got = [t.result(0) for t in tickets]
+    assert all(g.ok for g in got) and differing(alone, got) == []
+    assert max(held) == 2 and engine.kv["slots"] == 0 and engine.kv["bytes"] <= two
+    tiny = Engine(SeerPipeline.from_manifest(fixture_export[0], threads=1, kv_budget=16), policy="naive_pad")
+    big, small = tiny.submit(Request("count to 3 .", cache="reuse")), tiny.submit(Request("count to 3 .", cache="none"))
+    while tiny.rows or tiny.depth:
+        tiny.step()
+    assert not big.result(0).ok and "K/V pool's budget is 16 bytes" in big.result(0).error
+    assert "\n" not in big.result(0).error and small.result(0).text.startswith("1 2 3")
+    tiny.close()
+    engine.close()

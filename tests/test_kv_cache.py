@@ -9,13 +9,23 @@ import numpy as np
 import pytest
 from cli_capture import cli
 
-from seer_trt.backends.tensorrt import frozen
+from seer_trt.backends.base import HostMemory, host_view
+from seer_trt.contracts.backend import Transfers
 from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.contracts.graphs import GraphSpec, graph_specs, past_names, present_names
 from seer_trt.contracts.policies import DEFAULT_CACHE, EXACT, CacheConfig
 from seer_trt.contracts.profiles import LengthBuckets
 from seer_trt.eval.tasks import make_samples
-from seer_trt.runtime.kv_cache import GroupCache, cache_bytes, forecast_weights, lagrange_weights, no_cache, phase
+from seer_trt.runtime.kv_cache import (
+    CallBuffers,
+    KVPool,
+    RowCache,
+    cache_bytes,
+    forecast_weights,
+    lagrange_weights,
+    no_cache,
+    phase,
+)
 from seer_trt.runtime.layout import padded_layout
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request
@@ -66,13 +76,17 @@ def _spec() -> GraphSpec:
     return graph_specs(DIMS, "float32", ("denoise",))["denoise"]
 
 
-def _layout(prompt: int = 5, answer: int = 4):
-    embeds = np.zeros((prompt, DIMS["hidden"]), dtype=np.float32)
-    return padded_layout([embeds], np.array([answer]), prompt, answer)
+def _pool(budget: int = 2**20) -> tuple[KVPool, Transfers]:
+    transfers = Transfers()
+    return KVPool(HostMemory(transfers), _spec(), budget), transfers
 
 
-def _present(spec: GraphSpec, value: float, prompt: int = 5) -> dict[str, np.ndarray]:
-    return {n: np.full((1, 2, prompt, 8), value, dtype=np.float32) for i in range(2) for n in present_names(i)}
+def _present(buffers: CallBuffers, value: float, prompt: int = 5) -> dict:
+    """A refresh call's present buffers (one row) filled with ``value``, as the graph would write them."""
+    present = buffers.present_into(1, prompt)
+    for array in present.values():
+        host_view(array)[...] = value
+    return present
 
 
 def test_no_cache_feeds_an_empty_past_with_weight_one():
@@ -85,52 +99,109 @@ def test_no_cache_feeds_an_empty_past_with_weight_one():
 
 @pytest.mark.parametrize("mode", ["reuse", "forecast"])
 def test_refreshes_come_every_r_steps_and_at_block_starts(mode):
-    spec = _spec()
-    kv = GroupCache(CacheConfig(mode, 3), spec, _layout())
-    refreshes, fed = [], {}
+    """A row's refresh schedule and what its cached steps read: the newest snapshot (reuse) or the forecast's two,
+    right-aligned in the call's past from its slot, copied on the device only when the slot changed."""
+    pool, transfers = _pool()
+    cache = RowCache(CacheConfig(mode, 3), cached=True)
+    cache.slot = pool.reserve(5, cache.config.snapshots)
+    buffers = CallBuffers(pool, 4)
+    refreshes, fed, copies = [], {}, {}
     for t in range(10):
-        feeds, refresh = kv.plan(t, boundary=t == 7)
-        if refresh:
+        weights = cache.plan(t, boundary=t == 7)
+        if weights is None:
             refreshes.append(t)
-            assert feeds["past_key_values.0.key"].shape[3] == 0  # computes the prompt
-            kv.store(t, _present(spec, float(t)))
+            index = cache.target()
+            pool.store(cache.slot, index, _present(buffers, float(t)), 0, 0)
+            cache.stored(t, index)
         else:
-            assert feeds["prefix_embeds"].shape[1] == 0 and feeds["past_key_values.0.key"].shape[3] == 5
-            fed[t] = feeds
-    assert refreshes == [0, 3, 6, 7] and kv.refreshes == 4  # step 7 starts a block
-    # between refreshes the same read-only arrays are fed, so a device backend uploads the cache once per refresh
-    assert all(frozen(v) for f in fed.values() for k, v in f.items() if k != "past_weights")
-    assert fed[8]["past_key_values.0.key"] is fed[9]["past_key_values.0.key"]
-    assert fed[1]["past_weights"].tolist() == [1.0]  # one snapshot so far: reuse
+            before = transfers.device_copies
+            buffers.begin_step()
+            handle, _ = buffers.past_call([1], len(weights), 8)
+            past = buffers.past_feeds(handle, [(1, cache.slot, cache.fed(weights))])
+            fed[t] = (weights, {k: host_view(v).copy() for k, v in past.items()})
+            copies[t] = transfers.device_copies - before
+    assert refreshes == [0, 3, 6, 7]  # step 7 starts a block
+    assert copies[1] > 0 and copies[2] == 0 and copies[8] > 0 and copies[9] == 0  # copied once per refresh
+    weights, past = fed[1]
+    assert weights.tolist() == [1.0] and past["past_key_values.0.key"].shape == (1, 1, 2, 8, 8)  # one snapshot
+    assert (past["past_key_values.0.key"][..., 3:, :] == 0.0).all() and (
+        past["past_key_values.0.key"][..., :3, :] == 0
+    ).all()
     if mode == "reuse":
-        assert all(f["past_weights"].tolist() == [1.0] and f["past_key_values.1.key"][0, 0, 0, 0, 0] == 7.0
-                   for t, f in fed.items() if t > 7)  # fmt: skip
+        assert all(w.tolist() == [1.0] and (f["past_key_values.1.key"][0, 0, :, 3:] == 7.0).all()
+                   for t, (w, f) in fed.items() if t > 7)  # fmt: skip
     else:  # two snapshots (steps 6 and 7) extrapolated to step 9: the feed's combination is past 7
-        w = fed[9]["past_weights"]
+        w, f = fed[9]
         assert len(w) == 2 and w.sum() == pytest.approx(1.0) and w[1] > 1.0
-        combined = np.tensordot(w, fed[9]["past_key_values.0.key"], axes=1)
-        assert 7.0 < combined.flat[0] <= 7.5
+        combined = np.tensordot(w, f["past_key_values.0.key"], axes=1)[0, :, 3:]
+        assert (7.0 < combined).all() and (combined <= 7.5).all()
+    assert (fed[2][1]["past_key_values.0.key"][0, 0, :, 3:] == 0.0).all()  # step 0's snapshot, right-aligned
+    pool.release(cache.slot)
+    buffers.close()
+    assert pool.used == 0 and pool.slots == 0
 
 
 def test_drift_gate_brings_the_refresh_forward_and_drops_a_losing_forecast():
-    spec = _spec()
-    kv = GroupCache(CacheConfig("forecast", 4, drift=0.01), spec, _layout())
+    cache = RowCache(CacheConfig("forecast", 4, drift=0.01), cached=True)
+    history: list[np.ndarray] = []
     for t, value in ((0, 1.0), (4, 2.0), (8, 1.0)):  # the K/V turn back: the forecast (3.0) loses to reuse (2.0)
-        assert kv.plan(t, False)[1]
-        kv.store(t, _present(spec, value))
-    reuse, forecast = kv.errors[-1]
-    assert forecast > reuse > 0.01 and kv.fallback
-    fallback = kv.plan(9, False)[0]
-    assert fallback["past_weights"].tolist() == [1.0] and frozen(fallback["past_key_values.1.value"])  # reuse
-    assert fallback["past_key_values.1.value"][0, 0, 0, 0, 0] == 1.0  # the newest snapshot
-    assert kv.plan(10, False)[1]  # the gate brought the refresh forward to R // 2
+        assert cache.plan(t, False) is None
+        fresh = np.full((2, 2, 2, 5, 8), value, dtype=np.float32)
+        interval = cache.gate(t, fresh, history[-2:]) if history else None
+        cache.stored(t, cache.target(), interval)
+        history.append(fresh)
+    reuse, forecast = cache.errors[-1]
+    assert forecast > reuse > 0.01 and cache.fallback
+    assert cache.plan(9, False).tolist() == [1.0]  # reuse: the newest snapshot
+    assert cache.fed(np.ones(1)) == (cache.held[-1],)
+    assert cache.plan(10, False) is None  # the gate brought the refresh forward to R // 2
 
 
 def test_a_cache_on_an_uncached_graph_is_refused():
-    spec = graph_specs(DIMS, "float32", ("denoise",), cache=False)["denoise"]
-    assert GroupCache(EXACT, spec, _layout()).plan(0, False)[1]
+    assert RowCache(EXACT, cached=False).plan(0, False) is None
     with pytest.raises(ConfigError, match="--cache none"):
-        GroupCache(CacheConfig("reuse"), spec, _layout())
+        RowCache(CacheConfig("reuse"), cached=False)
+
+
+def test_rows_keep_their_call_buffer_entries_as_others_come_and_go():
+    """A cached call's rows take the entries they held (at most one row moves when one leaves), every row exactly
+    once, and an entry is copied only when its row or snapshot changed; two calls of one step take two buffers."""
+    pool, transfers = _pool(budget=2**22)
+    slots = {k: pool.reserve(5, 1) for k in "ABCDE"}
+    for k, slot in slots.items():
+        pool.store(slot, 0, _present(CallBuffers(pool, 1), float(ord(k))), 0, 0)
+    buffers = CallBuffers(pool, 4)
+
+    def call(keys: str, copies: int | None = None) -> str:
+        buffers.begin_step()
+        before = transfers.device_copies
+        handle, order = buffers.past_call(list(keys), 1, 8)
+        rows = [keys[i] for i in order]
+        feeds = buffers.past_feeds(handle, [(k, slots[k], (0,)) for k in rows])
+        key = host_view(feeds["past_key_values.0.key"])
+        assert [chr(int(key[0, e, 0, 3, 0])) for e in range(len(rows))] == rows  # each entry holds its row's K/V
+        moved = (transfers.device_copies - before) // (2 * 2 * 2 * 5 * 8 * 4)  # rows copied (layers x K/V each)
+        assert copies is None or moved == copies, (keys, rows, moved)
+        return "".join(rows)
+
+    assert call("ABCD", 4) == "ABCD"
+    assert call("ABCD", 0) == "ABCD"  # nothing changed: nothing copied
+    assert sorted(call("DB", 1)) == ["B", "D"]  # B keeps entry 1; D moves into entry 0
+    assert sorted(call("ABCD")) == list("ABCD")  # every row once, though a smaller call left D in two entries
+    assert sorted(call("ABCE", 1)) == list("ABCE")  # E takes D's entry
+    buffers.begin_step()
+    first, _ = buffers.past_call(list("AB"), 1, 8)
+    second, _ = buffers.past_call(list("CE"), 1, 8)
+    assert first != second  # two calls of one step: two buffers
+    buffers.close()
+
+
+def test_the_pool_admits_what_fits_its_budget_and_counts_every_byte():
+    pool, _ = _pool(budget=3 * 5 * 2 * 2 * 2 * 8 * 4)  # three slots of 5 positions, one snapshot
+    slots = [pool.reserve(5, 1) for _ in range(3)]
+    assert all(slots) and pool.reserve(5, 1) is None and pool.slots == 3
+    pool.release(slots[0])
+    assert pool.reserve(5, 1) is not None and pool.used == pool.budget
 
 
 # --- on the fixture export ----------------------------------------------------------------------------------------

@@ -142,15 +142,15 @@ def test_a_call_plans_first_then_executes_its_plan(fixture_export):
 
 
 def test_every_policy_gives_the_same_tokens(pipe):
+    """Every split of each step's rows into calls gives the same answers: one row a call (the most calls), a batch
+    bucket's worth a call in order (the fewest), and the rest between."""
     out = {p: pipe.generate_batch(requests(), policy=p) for p in POLICIES}
     first = windows(out["hybrid"].results)
     for policy, batch in out.items():
         assert windows(batch.results) == first, policy
-        (plan,) = batch.plans
-        assert plan.policy == policy and sorted(r for g in plan.groups for r in g.rows) == list(range(len(SAMPLES)))
-    assert {g.path for g in out["packed"].plans[0].groups} == {"packed"}
-    assert {g.path for g in out["per_request"].plans[0].groups} == {"eager"}
-    assert len(out["naive_pad"].plans[0].groups) == 1
+        assert batch.stats.steps == out["hybrid"].stats.steps  # every live row steps at every step, whatever the split
+        assert out["per_request"].stats.calls >= batch.stats.calls >= out["naive_pad"].stats.calls, policy
+    assert out["per_request"].stats.rows_per_call == 1.0 and out["naive_pad"].stats.rows_per_call > 1.0
     assert pipe.cost is not None and pipe.cost.c1 > 0  # cost_model measured the backend first
 
 
@@ -241,10 +241,10 @@ def spy(pipe: SeerPipeline) -> list[tuple[str, tuple[int, ...]]]:
     calls: list[tuple[str, tuple[int, ...]]] = []
     run = pipe.backend.run
 
-    def record(graph, feeds, outputs=None):
+    def record(graph, feeds, outputs=None, into=None):
         if "gen_ids" in feeds:
             calls.append((graph, feeds["gen_ids"].shape))
-        return run(graph, feeds, outputs)
+        return run(graph, feeds, outputs, into)
 
     pipe.backend.run = record
     return calls

@@ -752,6 +752,7 @@ def test_a_shutdown_past_its_grace_ends_each_request_with_an_answer(fixture_expo
     (["--image-url-timeout", "-1"], "--image-url-timeout -1.0 must be a positive number"),
     (["--binding-cache-mib", "-1"], "--binding-cache-mib -1 must be at least 0"),
     (["--max-held-mib", "0"], "--max-held-mib 0 must be at least 1"),
+    (["--kv-budget-mib", "0"], "--kv-budget-mib 0 must be at least 1 (MiB)"),
     (["--replicas", "2"], "--replicas apply with --ray ADDRESS"),
     (["--autoscale", "1:2", "--gpus-per-replica", "1"], "--autoscale, --gpus-per-replica apply with --ray ADDRESS"),
     (["--ray", "auto", "--autoscale", "3:1"], "--autoscale 3:1 is not MIN:MAX replicas with 1 <= MIN <= MAX"),
@@ -831,9 +832,16 @@ def test_the_serving_bench_reports_every_way_the_headline_and_the_overhead(fixtu
         assert all(level[f"default_over_{k}"]["rounds"] == 2 for k in serving.WAYS[1:])
     assert report["answers"] == 2 * 2 * 6 and sum(report["differing"].values()) <= 2  # float rounding at a border
     h = report["headline"]
-    assert set(h) == {"serving_over_cache_none_4", "serving_over_generate_batch_4", "overhead_1"}
+    assert set(h) == {"serving_over_cache_none_4", "serving_over_generate_batch_4", "overhead_1", "rows_per_call_4",
+                      "kv_host_bytes_per_step_4", "projected_h200_over_at_once_4"}  # fmt: skip
     assert h["serving_over_cache_none_4"] == report["levels"]["4"]["default_over_cache_none"]
     assert report["overhead_1"] == report["overhead"]["relative"]  # the headline at the top level too
+    for count in report["counted"].values():  # the calls counted by the backend and projected
+        served, at_once = count["served"], count["at_once"]
+        assert served["steps"] > 0 and served["window_calls"] > 0 and served["rows_per_call"] >= 1
+        assert served["kv_host_bytes_per_step"] == 0 == served["host_bytes"]["to_host"]["kv"]  # K/V stays put
+        assert count["at_once_over_served"] == at_once["projected_h200_s"] / served["projected_h200_s"] > 0
+    assert h["rows_per_call_4"] == report["counted"]["4"]["served"]["rows_per_call"]
     short, long = report["overhead"], report["overhead_long"]
     for o in (short, long):
         assert o["fixed_cost_s"] == pytest.approx(o["http_median_s"] - o["direct_median_s"])

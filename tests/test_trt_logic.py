@@ -16,17 +16,18 @@ import pytest
 from test_manifest import make_manifest
 
 from seer_trt.backends import tensorrt as trt_backend
+from seer_trt.backends.base import HostMemory, host_view
 from seer_trt.backends.cuda import Device
 from seer_trt.backends.tensorrt import TrtBackend, buckets_of
+from seer_trt.contracts.backend import DeviceArray, Transfers
 from seer_trt.contracts.config import GenerationConfig
 from seer_trt.contracts.errors import EngineError, InputError
 from seer_trt.contracts.manifest import EngineBuild, EngineFile, Manifest
 from seer_trt.contracts.policies import CacheConfig
 from seer_trt.contracts.profiles import LengthBuckets, plan_profiles, select_profile
-from seer_trt.runtime.decoding import Greedy
-from seer_trt.runtime.denoise import denoise
-from seer_trt.runtime.kv_cache import no_cache
-from seer_trt.runtime.layout import packed_layout, padded_layout
+from seer_trt.runtime.decoding import choose
+from seer_trt.runtime.denoise import Loop, LoopSettings, make_rows
+from seer_trt.runtime.kv_cache import KVPool, no_cache
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request
 from seer_trt.runtime.schedule import plan_schedule
@@ -56,6 +57,7 @@ class FakeCuda:
         self.pinned: list[np.ndarray] = []
         self.uploads: list[tuple[int, int]] = []  # (device pointer, bytes)
         self.downloads: list[int] = []  # device pointers copied to the host
+        self.copies: list[int] = []  # bytes of each device-to-device copy
         self.next_ptr = 1 << 20
         self.launches = 0
 
@@ -78,17 +80,38 @@ class FakeCuda:
     def is_pinned(self, array: np.ndarray) -> bool:
         return any(np.shares_memory(array, p) for p in self.pinned)
 
+    def at(self, ptr: int) -> np.ndarray:
+        """The bytes from ``ptr`` to the end of its allocation (a pointer may point inside one: a block of it)."""
+        base = max(b for b in self.memory if b <= ptr)
+        assert ptr < base + len(self.memory[base]), "a pointer into freed or unallocated memory"
+        return self.memory[base][ptr - base :]
+
     def free(self, device, host) -> None:
         for ptr in device.values():
             del self.memory[ptr]
 
+    def free_one(self, ptr: int) -> None:
+        self.memory.pop(ptr, None)
+
+    def memset0(self, ptr: int, nbytes: int, stream) -> None:
+        self.at(ptr)[:nbytes] = 0
+
+    def copy2d(self, dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int, stream) -> None:
+        source, target = self.at(src), self.at(dst)
+        for row in range(height):
+            target[row * dst_pitch : row * dst_pitch + width] = source[row * src_pitch : row * src_pitch + width]
+        self.copies.append(height * width)
+
+    def mem_info(self) -> tuple[int, int]:
+        return 1 << 34, 1 << 35
+
     def to_device(self, ptr: int, array: np.ndarray, stream) -> None:
         assert self.is_pinned(array), "uploads go through page-locked staging"
-        self.memory[ptr][: array.nbytes] = array.reshape(-1).view(np.uint8)
+        self.at(ptr)[: array.nbytes] = array.reshape(-1).view(np.uint8)
         self.uploads.append((ptr, array.nbytes))
 
     def to_host(self, array: np.ndarray, ptr: int, stream) -> None:
-        array.reshape(-1).view(np.uint8)[:] = self.memory[ptr][: array.nbytes]
+        array.reshape(-1).view(np.uint8)[:] = self.at(ptr)[: array.nbytes]
         self.downloads.append(ptr)
 
     def sync(self, stream) -> None:
@@ -131,9 +154,9 @@ class FakeContext:
         for name, dtype in self.engine.inputs.items():
             shape = self.shapes[name]
             nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            feeds[name] = cuda.memory[self.addresses[name]][:nbytes].view(dtype).reshape(shape)
+            feeds[name] = cuda.at(self.addresses[name])[:nbytes].view(dtype).reshape(shape)
         for name, value in model(feeds).items():
-            cuda.memory[self.addresses[name]][: value.nbytes] = value.reshape(-1).view(np.uint8)
+            cuda.at(self.addresses[name])[: value.nbytes] = value.reshape(-1).view(np.uint8)
         return True
 
 
@@ -249,31 +272,66 @@ def test_outputs_are_the_engines_and_one_buffer_set_serves_every_profile(fake):
     assert not fake.cuda.memory
 
 
-def test_loop_invariant_inputs_cross_once_per_group(fake):
+class Reference:
+    """The fake engine's function on the host: what the TensorRT backend must compute, in host memory."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.manifest = manifest
+        self.transfers = Transfers()
+        self.memory = HostMemory(self.transfers)
+
+    def spec(self, graph):
+        return self.manifest.graph(graph).spec
+
+    def max_shape(self, graph):
+        return None
+
+    def run(self, graph, feeds, outputs=None, into=None):
+        out = model({k: host_view(v) if isinstance(v, DeviceArray) else v for k, v in feeds.items()})
+        for name, target in (into or {}).items():
+            np.copyto(host_view(target), out[name])
+        return {k: v for k, v in out.items() if (outputs is None or k in outputs) and k not in (into or {})}
+
+
+def run_rows(backend, prompts, kept, gen, cache=None, policy="static"):
+    """The rows through one loop on ``backend`` to the end; also the row sets of its calls, in order."""
+    manifest = backend.manifest
+    cache = cache or CacheConfig()
+    rows = make_rows(prompts, plan_schedule(gen, kept), choose(gen, manifest), manifest.special_tokens.mask_id, True,
+                     cache=cache)  # fmt: skip
+    pool = KVPool(backend.memory, backend.spec("denoise"), 2**30)
+    settings = LoopSettings(backend, manifest.special_tokens.mask_id, BUCKETS, policy, pool=pool)
+    calls = []
+    loop = Loop(settings)
+    loop.on_call = lambda call: calls.append(call)
+    assert loop.add(rows) == len(rows)
+    while loop.step():
+        loop.retire()
+    loop.close()
+    return rows, calls
+
+
+def test_loop_invariant_inputs_cross_once_per_call_shape(fake):
+    """A call's prefix, segment and position ids cross once while its rows stay the same: the loop keeps the same
+    read-only arrays for as long as a call's rows do; only the answer ids cross at every call."""
     manifest = fake.manifest
     backend = TrtBackend(fake.folder, manifest)
-    mask = manifest.special_tokens.mask_id
     rng = np.random.default_rng(1)
     prompts = [rng.standard_normal((p, manifest.model.hidden_size)).astype(np.float32) for p in (12, 30, 7)]
     kept = np.array([10, 16, 5])
     gen = GenerationConfig(gen_length=16, steps=8, block_length=16)
-    reference = types.SimpleNamespace(run=lambda graph, feeds, outputs=None: model(feeds), manifest=manifest,
-                                      spec=lambda graph: manifest.graph(graph).spec)  # fmt: skip
-    # padded: the three rows, then row 1 alone once the others are done (steps 5, 8, 3: the group re-forms when
-    # at most half its entries are live); packed: one entry, never re-formed
-    for layout, layouts in ((padded_layout(prompts, kept, 32, 16), 2), (packed_layout(prompts, kept), 1)):
-        schedule = plan_schedule(gen, kept)
+    for policy in ("static", "packed"):
         fake.cuda.uploads.clear()
-        got, want = (
-            denoise(backend, layout, schedule, Greedy(), mask),
-            denoise(reference, layout, schedule, Greedy(), mask),
-        )
-        assert np.array_equal(got.tokens, want.tokens) and np.array_equal(got.steps, want.steps)
+        got, calls = run_rows(backend, prompts, kept, gen, policy=policy)
+        want, _ = run_rows(Reference(manifest), prompts, kept, gen, policy=policy)
+        assert [r.x.tolist() for r in got] == [r.x.tolist() for r in want] and [r.used for r in got] == [
+            r.used for r in want
+        ]
         buffers = backend._engines["denoise"].pool[0].device
         count = {name: sum(ptr == buffers[name] for ptr, _ in fake.cuda.uploads) for name in fake.engines[0].inputs}
-        cache = {name: 0 for name in count if name.startswith("past_key_values.")}  # empty: nothing crosses
-        assert count == {"prefix_embeds": layouts, "gen_ids": schedule.num_steps, "segment_ids": layouts,
-                         "position_ids": layouts, "past_weights": 1, **cache}  # fmt: skip
+        shapes = 1 + sum(a.rows != b.rows or a.batch != b.batch for a, b in zip(calls, calls[1:], strict=False))
+        assert count["gen_ids"] == len(calls) and count["prefix_embeds"] == count["segment_ids"] == shapes
+        assert count["past_weights"] <= 1  # the no-cache weight [1]: the same array throughout (and both loops)
     # a writeable array passed again may have changed: it is uploaded again, and the change shows
     feeds = feeds_for(manifest, 2, 20, 16)
     first = backend.run("denoise", feeds)["log_confidence"].copy()
@@ -282,32 +340,30 @@ def test_loop_invariant_inputs_cross_once_per_group(fake):
     assert np.array_equal(backend.run("denoise", feeds)["log_confidence"], model(feeds)["log_confidence"])
 
 
-def test_a_cached_loop_sends_the_cache_once_per_refresh(fake):
-    """docs/DESIGN.md "Prompt K/V cache": between refreshes only the answer ids cross; the snapshot crosses once per refresh."""
+def test_the_prompt_k_v_stays_on_the_device(fake):
+    """docs/DESIGN.md "Prompt K/V cache": a refresh writes its K/V into device buffers and a cached step reads them
+    there; no K/V byte crosses between host and device, and the answers are the host reference's."""
     manifest = fake.manifest
     backend = TrtBackend(fake.folder, manifest)
     rng = np.random.default_rng(2)
     prompts = [rng.standard_normal((p, manifest.model.hidden_size)).astype(np.float32) for p in (12, 30)]
     kept = np.array([16, 9])
-    layout, schedule = padded_layout(prompts, kept, 32, 16), plan_schedule(GenerationConfig(16, 16, 16), kept)
-    reference = types.SimpleNamespace(run=lambda graph, feeds, outputs=None: model(feeds), manifest=manifest,
-                                      spec=lambda graph: manifest.graph(graph).spec)  # fmt: skip
+    gen = GenerationConfig(16, 16, 16)
     cache = CacheConfig("reuse", 4)
     fake.cuda.uploads.clear()
     fake.cuda.downloads.clear()
-    got = denoise(backend, layout, schedule, Greedy(), manifest.special_tokens.mask_id, cache=cache)
-    want = denoise(reference, layout, schedule, Greedy(), manifest.special_tokens.mask_id, cache=cache)
-    assert np.array_equal(got.tokens, want.tokens) and got.refreshes.tolist() == [4, 3]  # steps 0, 4, 8, 12
+    got, calls = run_rows(backend, prompts, kept, gen, cache)
+    want, _ = run_rows(Reference(manifest), prompts, kept, gen, cache)
+    assert [r.x.tolist() for r in got] == [r.x.tolist() for r in want]
+    assert [r.refreshes for r in got] == [4, 3]  # steps 0, 4, 8, 12 (row 1 done after 9)
     buffers = backend._engines["denoise"].pool[0].device
-    count = {name: sum(ptr == buffers[name] for ptr, _ in fake.cuda.uploads) for name in fake.engines[0].inputs}
-    # once per layout: both rows, then row 0 alone once row 1 is done after step 8 (the group re-formed)
-    assert count["gen_ids"] == schedule.num_steps == 16 and count["prefix_embeds"] == 2
-    # once per refresh (steps 0, 4, 8, 12): step 8's snapshot first crosses at step 9, already cut to row 0
-    assert count["past_key_values.0.key"] == count["past_key_values.7.value"] == 4
-    assert count["past_weights"] == 1  # reuse's weight [1] is the no-cache weight: the same array throughout
-    # outputs on demand: the prompt K/V comes back to the host only from the 4 refreshes, the answer every step
-    back = {name: sum(ptr == buffers[name] for ptr in fake.cuda.downloads) for name in ("x0", "present.0.key")}
-    assert back == {"x0": 16, "present.0.key": 4}
+    kv_inputs = [n for n in fake.engines[0].inputs if n.startswith("past_key_values.")]
+    assert not any(ptr == buffers[n] for ptr, _ in fake.cuda.uploads for n in kv_inputs)  # never uploaded
+    assert not any(ptr == buffers[n] for ptr in fake.cuda.downloads for n in buffers if n.startswith("present."))
+    assert backend.transfers.to_device["kv"] == 0 and backend.transfers.to_host["kv"] == 0
+    assert backend.transfers.device_copies > 0 and fake.cuda.copies  # the K/V moved on the device only
+    refreshes = [c for c in calls if c.kind == "prompt"]
+    assert len(refreshes) == 4 and all(c.stored == c.rows for c in refreshes)
     assert len(backend._engines["denoise"].contexts) == 2  # a profile computing the prompt, and a cached one
 
 

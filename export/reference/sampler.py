@@ -214,7 +214,8 @@ def generate(
 
 def budget_schedule(gen: GenerationConfig, schedule, steps: np.ndarray):
     """The fixed one-block schedule of each row's kept window spread over ``steps[b]`` steps (diagnosis only)."""
-    from seer_trt.runtime.schedule import Schedule, _spread
+    from seer_trt.runtime.decoding import _spread
+    from seer_trt.runtime.schedule import Schedule
 
     total = int(steps.max())
     transfer = np.zeros((len(steps), total), dtype=np.int64)

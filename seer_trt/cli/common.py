@@ -346,8 +346,28 @@ def add_backend(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--cuda-graphs", action="store_true",
                    help="TensorRT backends: replay CUDA graphs for calls at a static bucket shape")  # fmt: skip
     g.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES,
-                   help=f"how rows of different lengths are batched (default: {DEFAULT_POLICY}, timed on the backend "
-                   f"before the first batch that needs it)")  # fmt: skip
+                   help=f"how each denoising step's rows are split into graph calls (default: {DEFAULT_POLICY}, "
+                   f"timed on the backend before the first step that needs it)")  # fmt: skip
+    g.add_argument("--kv-budget-mib", type=int, metavar="MIB",
+                   help="bytes the prompt K/V cache may hold in the backend's memory, in MiB: a request joins the "
+                   "denoising loop once its K/V fits, and waits until then (default: a quarter of the machine's "
+                   "memory on the CPU, half the GPU's free memory under CUDA and TensorRT)")  # fmt: skip
+
+
+def backend_options(args: argparse.Namespace) -> dict:
+    """``SeerPipeline.from_manifest``'s keyword arguments from ``add_backend``'s flags (``--kv-budget-mib`` checked).
+
+    Raises:
+        InputError: a K/V budget below 1 MiB.
+    """
+    from seer_trt.contracts.errors import InputError
+
+    budget = args.kv_budget_mib
+    if budget is not None and budget < 1:
+        raise InputError(f"--kv-budget-mib {budget} must be at least 1 (MiB); omit it for the default")
+    return {"backend": args.backend, "provider": args.provider, "threads": args.threads, "policy": args.policy,
+            "verify": args.verify, "cuda_graphs": args.cuda_graphs,
+            "kv_budget": None if budget is None else budget * 2**20}  # fmt: skip
 
 
 def add_generation(ap: argparse.ArgumentParser) -> None:

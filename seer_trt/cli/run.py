@@ -31,6 +31,7 @@ from seer_trt.cli.common import (
     add_engines,
     add_generation,
     add_verbose,
+    backend_options,
     check_output,
     iter_jsonl,
     jsonl_line_limit,
@@ -145,9 +146,7 @@ def answer(args: argparse.Namespace, overrides: dict, stream: BinaryIO | None) -
         )
     except ConfigError as err:
         raise InputError(f"{err} (command-line flags)") from None
-    pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
-                                      threads=args.threads, policy=args.policy, verify=args.verify,
-                                      cuda_graphs=args.cuda_graphs, cache=cache)  # fmt: skip
+    pipe = SeerPipeline.from_manifest(args.engines, cache=cache, **backend_options(args))
     try:  # the flags on their own, before any request: --temperature nan, --steps past --gen-length
         pipe.settings(**{k: v for k, v in overrides.items() if k in GENERATION_FIELDS})
     except InputError as err:

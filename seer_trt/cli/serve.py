@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-from seer_trt.cli.common import Parser, add_backend, add_engines, add_verbose, require_extra, run_main
+from seer_trt.cli.common import Parser, add_backend, add_engines, add_verbose, backend_options, require_extra, run_main
 from seer_trt.contracts.errors import InputError
 
 PROG = "seer-serve"
@@ -108,6 +108,7 @@ def check_flags(args: argparse.Namespace) -> None:
             raise InputError(f"{flag} {value} must be at least 1")
     if args.max_held_mib is not None and args.max_held_mib < 1:
         raise InputError(f"--max-held-mib {args.max_held_mib} must be at least 1")
+    backend_options(args)  # --kv-budget-mib
     if args.binding_cache_mib is not None and args.binding_cache_mib < 0:
         raise InputError(f"--binding-cache-mib {args.binding_cache_mib} must be at least 0")
     if not args.image_url_timeout > 0:
@@ -183,9 +184,7 @@ def work(args: argparse.Namespace) -> int:
     if args.ray is not None:
         return on_ray(args, key)
     sock = listen(args.host, args.port)
-    pipe = SeerPipeline.from_manifest(args.engines, backend=args.backend, provider=args.provider,
-                                      threads=args.threads, policy=args.policy, verify=args.verify,
-                                      cuda_graphs=args.cuda_graphs)  # fmt: skip
+    pipe = SeerPipeline.from_manifest(args.engines, **backend_options(args))
     if args.binding_cache_mib is not None:
         if not hasattr(pipe.backend, "cache_bytes"):
             raise InputError(f"--binding-cache-mib applies to the onnxruntime backend, not {args.backend}")
@@ -259,8 +258,7 @@ def ray_application(args: argparse.Namespace, key: str | None, replicas: int | N
     autoscale = autoscale_range(args.autoscale) if replicas is None else None
 
     threads = args.threads or max(1, math.ceil(args.cpus_per_replica))  # 0 would take every core of the node
-    pipeline = {"backend": args.backend, "provider": args.provider, "threads": threads, "policy": args.policy,
-                "verify": args.verify, "cuda_graphs": args.cuda_graphs}  # fmt: skip
+    pipeline = {**backend_options(args), "threads": threads}
     serving = {"timeout_s": args.timeout, "allow_image_urls": args.allow_image_urls,
                "image_url_timeout_s": args.image_url_timeout,
                "max_held_bytes": None if args.max_held_mib is None else args.max_held_mib * 2**20}  # fmt: skip

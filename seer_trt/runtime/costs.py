@@ -18,19 +18,19 @@ import numpy as np
 
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.config import CostCalibration
+from seer_trt.contracts.graphs import step_outputs
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.profiles import LengthBuckets
 from seer_trt.runtime.decoding import Greedy
-from seer_trt.runtime.denoise import denoise
 from seer_trt.runtime.dispatch import CostModel
+from seer_trt.runtime.kv_cache import no_cache
 from seer_trt.runtime.layout import padded_layout
-from seer_trt.runtime.schedule import Schedule
 
 
 def calibrate(backend: Backend, manifest: Manifest, buckets: LengthBuckets,
               plan: CostCalibration | None = None) -> CostModel:  # fmt: skip
-    """Time one denoising step (the loop's host work and the graph call) at the calibration's shapes and fit
-    ``CostModel``. About two seconds on a 2-core CPU with the fixture.
+    """Time one denoising call (its feeds, the graph call and the greedy decode of its outputs) at the calibration's
+    shapes and fit ``CostModel``. About two seconds on a 2-core CPU with the fixture.
 
     Args:
         plan: the (rows, prompt length, answer length) shapes of the timed calls, clipped to the buckets and to the
@@ -47,16 +47,21 @@ def calibrate(backend: Backend, manifest: Manifest, buckets: LengthBuckets,
         b, p, g = min(b, buckets.batch[-1]), min(p, buckets.prompt[-1]), min(g, buckets.answer[-1])
         p = max(1, min(p, limits.get("prompt", p), limits.get("seq", p + g) - g))
         fitting.append((b, p, g))
+    spec = backend.spec("denoise")
+    decoder = Greedy()
+    reads = decoder.reads(frozenset(step_outputs(spec)))
     sizes, seconds = [], []
     for b, p, g in dict.fromkeys(fitting):
         prompts = [np.zeros((p, dim), dtype=manifest.precision)] * b
         kept = np.full(b, g, dtype=np.int64)
         layout = padded_layout(prompts, kept, p, g)
-        one_step = Schedule(kept, np.ones(b, np.int64), np.zeros((b, 1), np.int64), np.full((b, 1), g))
+        x = np.full((b, g), mask, dtype=np.int64)
         times = []
         for _ in range(plan.repeats + 1):  # the first binds buffers and warms the session
             start = time.perf_counter()
-            denoise(backend, layout, one_step, Greedy(), mask)
+            feeds = {"prefix_embeds": layout.prefix_embeds, "gen_ids": layout.gen_ids(x, mask),
+                     "segment_ids": layout.segment_ids, "position_ids": layout.position_ids, **no_cache(spec, b)}  # fmt: skip
+            decoder(backend.run("denoise", feeds, reads), layout, 0, (b, g), mask)
             times.append(time.perf_counter() - start)
         sizes.append((b, p + g))
         seconds.append(min(times[1:]))

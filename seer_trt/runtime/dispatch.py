@@ -57,6 +57,7 @@ class Group:
     steps: int  # denoising steps: the group's longest row's
     waste: float  # share of the call's token slots (prompt and answer) that are padding (0 when packed)
     rho: float  # padding share of the group's static call at its buckets, prompt included (the hybrid rule's)
+    past_len: int = 0  # a cached step's past axis: its rows' prompt K/V, right-aligned (0: the call computes them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +89,15 @@ class CostModel:
     c2: float
     error: float = 0.0  # RMS relative error of the fit on its own measurements: how far a prediction may be off
 
-    def __call__(self, batch: int, seq: int) -> float:
-        return self.c0 + self.c1 * batch * seq + self.c2 * batch * seq * seq
+    def __call__(self, batch: int, seq: int, keys: int | None = None) -> float:
+        """Seconds of a call of ``batch`` rows computing ``seq`` positions each, attending to ``keys`` (``seq``
+        unless a cached step also reads a past)."""
+        return self.c0 + self.c1 * batch * seq + self.c2 * batch * seq * (seq if keys is None else keys)
 
     def group_seconds(self, group: Group) -> float:
         """Predicted seconds of a group: its steps times one call of its shape."""
-        return group.steps * self(group.batch, group.prompt_len + group.gen_len)
+        seq = group.prompt_len + group.gen_len
+        return group.steps * self(group.batch, seq, seq + group.past_len)
 
     @classmethod
     def fit(cls, shapes: Sequence[tuple[int, int]], seconds: Sequence[float]) -> CostModel:
@@ -312,3 +316,64 @@ def search_groups(order: list[int], ctx: _Rows, cost: CostModel) -> list[Group]:
         groups.append(ctx.group(sorted(order[i:j]), path, bucketed=False))
         j = i
     return groups[::-1]
+
+
+def plan_cached(past: Sequence[int], kept: Sequence[int], live: int, buckets: LengthBuckets,
+                policy: str = DEFAULT_POLICY, cost: CostModel | None = None) -> list[Group]:  # fmt: skip
+    """One engine step's cached calls over rows reading their prompt K/V (docs/DESIGN.md "Serving and embedding").
+
+    A cached call computes each row's answer (and ``live`` = 1 prompt position of a shifted model) against its rows'
+    K/V, right-aligned in a past axis padded to the prompt bucket of its longest row: a bucket, so that the call's
+    K/V buffer keeps its shape while rows come and go (``seer_trt.runtime.kv_cache.CallBuffers``). Never packed.
+    The policy splits the rows: ``per_request`` one a call; ``naive_pad`` a batch bucket's worth a call in order,
+    padded to the longest answer; ``static``, ``packed`` and ``hybrid`` by answer bucket; ``cost_model`` the split
+    into runs of rows sorted by answer that its model predicts fastest, against every fixed split, keeping one row a
+    call unless the gain exceeds the model's own error.
+
+    Args:
+        past: [n] prompt positions each row's K/V holds.
+        kept: [n] each row's answer window.
+        live: prompt positions each row computes live (1 under shifted logits, else 0).
+    """
+    past_arr, kept_arr = np.asarray(past, dtype=np.int64), np.asarray(kept, dtype=np.int64)
+    max_batch = buckets.batch[-1]
+
+    def call(rows: list[int], bucketed: bool) -> Group:
+        g = int(kept_arr[rows].max())
+        g = bucket(g, buckets.answer) if bucketed else g
+        c = bucket(int(past_arr[rows].max()), buckets.prompt)
+        used = float((kept_arr[rows] + live).sum())
+        return Group(tuple(rows), "eager" if len(rows) == 1 else "static", live, g, len(rows), 1,
+                     1.0 - used / (len(rows) * (g + live)), 0.0, c)  # fmt: skip
+
+    rows = list(range(len(kept_arr)))
+    alone = [call([r], False) for r in rows]
+    if policy == "per_request" or len(rows) <= 1:
+        return alone
+    naive = [call(rows[i : i + max_batch], False) for i in range(0, len(rows), max_batch)]
+    if policy == "naive_pad":
+        return naive
+    by_bucket = [call(g, True) for g in _by_bucket(kept_arr, buckets, max_batch)]
+    if policy != "cost_model":
+        return by_bucket
+    if cost is None:
+        raise ConfigError("the cost_model policy needs a CostModel; SeerPipeline.calibrate_costs() measures one")
+
+    def seconds(groups: list[Group]) -> float:
+        return sum(cost.group_seconds(g) for g in groups)
+
+    order = np.lexsort((np.arange(len(rows)), past_arr, kept_arr)).tolist()
+    best = [0.0] + [np.inf] * len(order)  # best[j]: least seconds for order[:j]
+    start = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        for i in range(j - 1, max(-1, j - 1 - max_batch), -1):
+            run = order[i:j]
+            t = best[i] + cost.group_seconds(call(run, False))
+            if t < best[j]:
+                best[j], start[j] = t, i
+    searched, j = [], len(order)
+    while j > 0:
+        searched.append(call(sorted(order[start[j] : j]), False))
+        j = start[j]
+    plan = min([searched[::-1], naive, by_bucket], key=seconds)
+    return alone if seconds(alone) <= (1 + cost.error) * seconds(plan) else plan

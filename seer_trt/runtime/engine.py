@@ -14,16 +14,17 @@ One engine thread loops over step boundaries:
 
     admit: queued requests ─► prepared off the engine thread (SeerPipeline.prepare_one: template, tokenizer,
            image decode, embeddings; a pool of its own) ─► grouped by settings ─► start_group (step zero batched,
-           L*, schedule, dispatch) ─► a cohort of ``Loop``s
-    step:  every cohort's loops ─► Loop.step (one graph call each: its rows' rule, cache, sampling) ─► newly final
-           prefixes to their callbacks ─► finished rows retire
+           L*, schedule) ─► ``Row``s ─► a slot of the K/V pool each (they wait, in order, until theirs fits)
+           ─► the one ``Loop``
+    step:  Loop.step over every live row (its graph calls formed from all of them, whenever they were admitted)
+           ─► newly final prefixes to their callbacks ─► finished rows retire, their slots back to the pool
 
 Every setting steps here, as in ``generate``, because it is ``generate``'s own loop (``seer_trt.runtime.denoise``):
 greedy and sampled, every decoding rule and remasking, early stop, Seer, padded and oracle windows, and the prompt
-K/V cache with each cohort's cached prompt and refresh schedule. A request never runs outside a step, so a long or
-sampled one delays the others by its steps' time, not by its whole answer. Rows admitted at the same boundary with
-the same settings share graph calls (the dispatch policy groups them, as in ``generate``); rows admitted at other
-boundaries step in the same engine step but in calls of their own.
+K/V cache with each row's refresh schedule. A request never runs outside a step, so a long or sampled one delays
+the others by its steps' time, not by its whole answer. Rows share graph calls whatever step each is at and
+whenever each was admitted: a step's calls are formed from all its live rows (those that compute their prompt in
+one, those that read it in another, split as the dispatch policy prices them).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Protocol
 import numpy as np
 
 from seer_trt.contracts.errors import SeerError, describe
+from seer_trt.runtime.denoise import Loop, Row
 from seer_trt.runtime.pipeline import Checked, GroupRun, SeerPipeline
 from seer_trt.runtime.prompt import longest_token
 from seer_trt.runtime.request import Request, Result
@@ -90,26 +92,18 @@ class Ticket:
 
 
 @dataclasses.dataclass(eq=False)
-class Cohort:
-    """Requests admitted at one boundary with the same settings: a started group and each row's ticket."""
+class Admitted:
+    """A ticket's row in the loop, and what its Result is read from."""
 
-    run: GroupRun
-    tickets: list[Ticket]  # by the group's row index
-    prepare_s: tuple[float, ...]
-    sent: list[int]  # answer ids passed to each row's on_prefix so far
-    retired: np.ndarray  # [R] bool
+    ticket: Ticket
+    run: GroupRun  # its group as started (step zero, L*, the stages' seconds)
+    index: int  # its row in the group
+    prepare_s: float
+    sent: int = 0  # answer ids passed to on_prefix so far
 
-    def live(self) -> np.ndarray:
-        """[R] rows with steps to take."""
-        out = np.zeros(len(self.tickets), dtype=bool)
-        for rows, loop in self.run.parts:
-            out[rows] = loop.live
-        return out
-
-    def tokens(self, row: int) -> np.ndarray:
-        """[kept] the row's answer window as it stands."""
-        j, loop = self.run.where(row)
-        return loop.x[j, : int(self.run.kept[row])]
+    @property
+    def row(self) -> Row:
+        return self.run.rows[self.index]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +128,8 @@ class EngineClient(Protocol):
     rows: list  # the tickets admitted and not yet retired
     steps: int  # engine steps run
     rows_per_step: list[int]  # live rows of the latest steps
+    calls_per_step: list[int]  # window-graph calls of the latest steps
+    kv: dict[str, int]  # the K/V pool: slots, bytes held, budget, requests waiting for a slot
 
     def check(self, request: Request) -> Checked: ...  # raises InputError: a 400, no queue slot taken
 
@@ -153,7 +149,7 @@ class Engine:
             pipe: a ``SeerPipeline``; its cost model is measured at ``start`` when its policy needs one.
             max_rows: rows denoised together at most (default: the largest batch bucket x 4).
             max_queue: requests waiting for admission at most; ``submit`` raises ``QueueFull`` past it.
-            policy: the dispatch policy of each admitted group (default: the pipeline's).
+            policy: how each step's rows are split into graph calls (default: the pipeline's).
             prepare_threads: threads that prepare requests (template, tokenizer, image decode, embeddings) beside
                 the engine thread, so a large image delays no step; 0: each is prepared on the stepping thread when
                 it is admitted (a host whose graph calls must stay on one thread: Triton's BLS, ``run_until``).
@@ -162,7 +158,9 @@ class Engine:
         self.max_rows = max_rows or 4 * pipe.buckets.batch[-1]
         self.policy = policy or pipe.policy
         self.queue: queue.Queue[Ticket] = queue.Queue(max_queue)
-        self.cohorts: list[Cohort] = []
+        self.loop: Loop | None = None  # made at the first admission, once the cost model is measured
+        self.admitted: dict[int, Admitted] = {}  # row key -> its ticket, in the loop
+        self.waiting: list[Admitted] = []  # started, waiting for their K/V slot, in order
         self._pool = ThreadPoolExecutor(prepare_threads, thread_name_prefix="seer-prepare") if prepare_threads else None
         self._preparing: list[tuple[Ticket, Future]] = []  # in submission order
         self.steps = 0  # engine steps run
@@ -210,8 +208,8 @@ class Engine:
             raise RuntimeError("run_until steps an engine by hand; this one runs its own loop (start)")
         while not all(t.future.done() for t in tickets):
             self._guarded_step()
-            if not self.cohorts and not self._preparing and self.queue.empty():  # nothing left that could answer them
-                for t in tickets:
+            if not self.admitted and not self.waiting and not self._preparing and self.queue.empty():
+                for t in tickets:  # nothing left that could answer them
                     _answer(t, Result.failed("the engine holds this request no longer (a bug: please report it)",
                                              "internal"))  # fmt: skip
 
@@ -239,9 +237,25 @@ class Engine:
 
     @property
     def rows(self) -> list[Ticket]:
-        """The tickets of the rows admitted and not yet retired (those being prepared included)."""
-        return [*(t for c in self.cohorts for t, done in zip(c.tickets, c.retired, strict=True) if not done),
+        """The tickets of the rows admitted and not yet retired (those being prepared or waiting for their K/V slot
+        included)."""
+        return [*(a.ticket for a in self.admitted.values()), *(a.ticket for a in self.waiting),
                 *(t for t, _ in self._preparing)]  # fmt: skip
+
+    @property
+    def kv(self) -> dict[str, int]:
+        """The K/V pool now: slots held, their bytes, the budget, the call buffers' bytes, requests waiting for a
+        slot; zeros without a pool."""
+        pool = self.pipe.kv_pool()
+        if pool is None:
+            return {"slots": 0, "bytes": 0, "budget": 0, "buffer_bytes": 0, "waiting": len(self.waiting)}
+        return {"slots": pool.slots, "bytes": pool.used, "budget": pool.budget, "buffer_bytes": pool.buffer_bytes,
+                "waiting": len(self.waiting)}  # fmt: skip
+
+    @property
+    def calls_per_step(self) -> list[int]:
+        """Window-graph calls of each of the latest steps."""
+        return [] if self.loop is None else list(self.loop.step_calls)
 
     @property
     def running(self) -> bool:
@@ -263,7 +277,9 @@ class Engine:
             self._thread.join(timeout)
         for ticket in self.rows:
             _fail(ticket, Cancelled("the server is shutting down"))
-        self.cohorts, self._preparing = [], []
+        self.admitted, self.waiting, self._preparing = {}, [], []
+        if self.loop is not None:
+            self.loop.close()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         while not self.queue.empty():
@@ -274,7 +290,7 @@ class Engine:
     def _loop(self) -> None:
         while not self._stop.is_set():
             ready = any(f.done() for _, f in self._preparing)
-            if not self.cohorts and not ready and (self.queue.empty() or self._room() <= 0):
+            if not self.admitted and not ready and (self.queue.empty() or self._room() <= 0):
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
@@ -284,47 +300,47 @@ class Engine:
         try:
             self.step()
         except Exception as err:  # noqa: BLE001 - a failed step fails its rows, never the loop
-            for cohort in self.cohorts:  # each row it held answered with an internal failure (a 500), as at admission;
-                for ticket, done in zip(cohort.tickets, cohort.retired, strict=True):  # those still being prepared
-                    if not done:  # were in no step: they go on
-                        _answer(ticket, Result.failed(why(err), "internal"))
-            self.cohorts = []
+            for admitted in self.admitted.values():  # each row it held answered with an internal failure (a 500),
+                _answer(admitted.ticket, Result.failed(why(err), "internal"))  # as at admission; those still being
+            if self.loop is not None:  # prepared or waiting for a slot were in no step: they go on
+                for row in list(self.loop.rows):
+                    self.loop.remove(row)
+            self.admitted = {}
 
     def step(self) -> None:
-        """One step boundary: admit, one step of every cohort's live rows, retire the finished ones."""
+        """One step boundary: admit, one step of every live row, retire the finished ones."""
         self._admit()
         now = time.monotonic()
-        stepped = 0
-        for cohort in self.cohorts:
-            for i, ticket in enumerate(cohort.tickets):
-                if cohort.retired[i]:
-                    continue
-                if ticket.cancelled.is_set():
-                    self._retire(cohort, i, Cancelled("cancelled"))
-                elif ticket.deadline is not None and now > ticket.deadline:
-                    self._retire(cohort, i, DeadlineExceeded("the request ran past its deadline"))
-            for rows, loop in cohort.run.parts:
-                loop.drop(np.flatnonzero(cohort.retired[rows]))
-                live = int(loop.live.sum())
-                if live and loop.step():
-                    stepped += live
-            live = cohort.live()
-            for i in np.flatnonzero(~cohort.retired):
-                self._emit(cohort, int(i))
-                if not live[i]:
-                    self._retire(cohort, int(i))
-        self.cohorts = [c for c in self.cohorts if not c.retired.all()]
-        if stepped:
+        for admitted in list(self.admitted.values()):
+            ticket, row = admitted.ticket, admitted.row
+            if ticket.cancelled.is_set():
+                self._retire(admitted, Cancelled("cancelled"))
+            elif ticket.deadline is not None and now > ticket.deadline:
+                self._retire(admitted, DeadlineExceeded("the request ran past its deadline"))
+            else:
+                continue
+            row.dropped = True
+        if self.loop is None:
+            return
+        live = len(self.loop.live())
+        if live and self.loop.step():
             self.steps += 1
-            self.rows_per_step = [*self.rows_per_step[-999:], stepped]
+            self.rows_per_step = [*self.rows_per_step[-999:], live]
+        for admitted in list(self.admitted.values()):
+            self._emit(admitted)
+        for row in self.loop.retire():
+            admitted = self.admitted.get(row.key)
+            if admitted is not None:
+                self._retire(admitted)
 
     def _room(self) -> int:
         return self.max_rows - len(self.rows)
 
     def _admit(self) -> None:
-        """Queued requests go to the preparing pool, up to ``max_rows`` rows in all; those prepared become cohorts:
-        grouped by settings as ``generate`` plans a call, each group started (step zero batched, L*, dispatch). An
-        engine stepped by hand (never started) waits for its preparations, so each step admits what was queued."""
+        """Queued requests go to the preparing pool, up to ``max_rows`` rows in all; those prepared are grouped by
+        settings as ``generate`` plans a call and started (step zero batched, L*), then join the loop in order as
+        their K/V slots fit the pool. An engine stepped by hand (never started) waits for its preparations, so each
+        step admits what was queued."""
         room = self._room()  # counted once: each ticket taken below joins the preparing list
         while room > 0:
             try:
@@ -345,6 +361,11 @@ class Engine:
                 room -= 1
         if self._thread is None and self._preparing:
             wait_all([f for _, f in self._preparing])
+        self._start_prepared()
+        self._seat()
+
+    def _start_prepared(self) -> None:
+        """The prepared requests grouped and started (step zero, L*): their rows wait for a K/V slot."""
         done = [(t, f) for t, f in self._preparing if f.done()]
         if not done:
             return
@@ -358,7 +379,7 @@ class Engine:
         tickets = [t for t, _ in done]
         try:  # these tickets have left _preparing: whatever fails here must answer them, or their clients wait forever
             plan = self.pipe.group([f.result() for _, f in done], self.policy)
-            if plan.needs_costs and self.pipe.cost is None:  # an engine stepped by hand, never started
+            if self.policy == "cost_model" and self.pipe.cost is None:  # an engine stepped by hand, never started
                 self.pipe.calibrate_costs()
         except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
             for ticket in tickets:
@@ -369,13 +390,32 @@ class Engine:
         for group in plan.groups:
             members = [tickets[i] for i in group.rows]
             try:
-                run = self.pipe.start_group(group, plan.policy)
+                run = self.pipe.start_group(group)
             except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
                 for ticket in members:
                     _answer(ticket, Result.failed(why(err), "internal"))
                 continue
-            self.cohorts.append(Cohort(run, members, group.prepare_s, [0] * len(members),
-                                       np.zeros(len(members), dtype=bool)))  # fmt: skip
+            self.waiting += [Admitted(t, run, i, group.prepare_s[i]) for i, t in enumerate(members)]
+
+    def _seat(self) -> None:
+        """Started rows join the loop, in order, while their K/V slots fit the pool (admission by memory); a row
+        that could never fit (larger than the budget leaves when nothing else is held) fails alone."""
+        if self.loop is None:
+            self.loop = self.pipe.loop(self.policy)
+        seated = 0
+        for admitted in self.waiting:
+            if admitted.ticket.cancelled.is_set():
+                seated += 1
+                _fail(admitted.ticket, Cancelled("cancelled"))
+                continue
+            if not self.loop.add([admitted.row]):
+                break
+            seated += 1
+            self.admitted[admitted.row.key] = admitted
+        self.waiting = self.waiting[seated:]
+        if self.waiting and not self.loop.rows:  # nothing holds a slot that could be freed
+            head = self.waiting.pop(0)
+            _answer(head.ticket, Result.failed(self.pipe.too_large(head.row), "input"))
 
     def _prepare(self, request: Request | Checked) -> Future:
         """``prepare_one`` in the pool, or here and now without one (``prepare_threads=0``)."""
@@ -388,35 +428,38 @@ class Engine:
             done.set_exception(err)
         return done
 
-    def _emit(self, cohort: Cohort, i: int) -> None:
+    def _emit(self, admitted: Admitted) -> None:
         """Pass on the answer ids that became final: those before the first position still masked."""
-        ticket = cohort.tickets[i]
+        ticket = admitted.ticket
         if ticket.on_prefix is None:
             return
         special = self.pipe.manifest.special_tokens
-        x = cohort.tokens(i)
+        x = admitted.row.x
         masked = np.flatnonzero(x == special.mask_id)
         ids = x[: len(x) if len(masked) == 0 else int(masked[0])].tolist()
         ids = ids[: ids.index(special.eot_id)] if special.eot_id in ids else ids
-        if len(ids) > cohort.sent[i]:
+        if len(ids) > admitted.sent:
             try:
-                ticket.on_prefix(ids[cohort.sent[i] :])
+                ticket.on_prefix(ids[admitted.sent :])
             except Exception:  # noqa: BLE001 - a broken callback ends its own request, never the step
                 ticket.cancel()
-            cohort.sent[i] = len(ids)
+            admitted.sent = len(ids)
 
-    def _retire(self, cohort: Cohort, i: int, error: SeerError | None = None) -> None:
-        cohort.retired[i] = True
-        ticket = cohort.tickets[i]
+    def _retire(self, admitted: Admitted, error: SeerError | None = None) -> None:
+        """Take the row out of the loop (its slot back to the pool) and answer its ticket."""
+        row, ticket = admitted.row, admitted.ticket
+        self.admitted.pop(row.key, None)
+        if self.loop is not None:
+            self.loop.remove(row)
         if error is not None:
             _fail(ticket, error)
             return
         try:
-            (result,) = self.pipe.results(cohort.run, np.array([i]))
+            (result,) = self.pipe.results(admitted.run, np.array([admitted.index]))
         except Exception as err:  # noqa: BLE001 - its answer could not be read out (detokenize): it fails alone
             _answer(ticket, Result.failed(why(err), "internal"))
             return
-        seconds = {"preprocess": cohort.prepare_s[i], "queued_and_denoised": time.monotonic() - ticket.submitted}
+        seconds = {"preprocess": admitted.prepare_s, "queued_and_denoised": time.monotonic() - ticket.submitted}
         _answer(ticket, dataclasses.replace(result, seconds=seconds))
 
 

@@ -1,15 +1,20 @@
 """How rows of different prompt and answer lengths sit in one graph call (docs/DESIGN.md "Seer, exactly" hybrid execution, DESIGN "Graphs and their contract").
 
-In:  per row a prompt [P_i, D] and a kept answer window L_i; a target shape (static bucket, exact, or packed).
-Out: ``Layout``: the graph inputs that stay fixed during denoising (``prefix_embeds``, ``segment_ids``,
-     ``position_ids``) and the index that maps the loop's state [n, L_max] to ``gen_ids`` [b, g] and back.
+In:  per row a prefix [C_i, D] (Seer's end tail, then the prompt) with its position ids, and a kept answer window
+     L_i; a target shape (static bucket, exact, or packed); for a cached step, the past length of the call's K/V.
+Out: ``Layout``: a call's graph inputs besides the answer ids (``prefix_embeds``, ``segment_ids``,
+     ``position_ids``), the index that maps the call's rows' state [n, L_max] to ``gen_ids`` [b, g] and back, and
+     where each row's prefix columns sit (a refresh's K/V of that row are read from there).
 
-    static / eager (b = n rows)        packed (b = 1)
-    row 0: pad.. prompt0 | ans0 pad    prompt0 prompt1 prompt2 | ans0 ans1 ans2
-    row 1: pad..  prompt1 | ans1       segment ids 1 1 2 2 2 3 | 1 1 2 2 3 3 3 ; positions restart per row
+    static / eager (b = n rows)        packed (b = 1)                          cached (b = n rows)
+    row 0: pad.. prompt0 | ans0 pad    prompt0 prompt1 prompt2 | ans0 ans1 ans2  row 0: pad.. past0 | ans0 pad
+    row 1: pad..  prompt1 | ans1       segment ids 1 1 2 2 2 3 | 1 1 2 2 3 3 3   row 1: pad..  past1 | ans1
+                                       positions restart per row
 
 Segment 0 is padding; attention stays within equal non-zero segment ids, so a row computes the same values
-whatever else shares the call. Positions count each row's own tokens from 0 (prompt, then answer).
+whatever else shares the call. Positions count each row's own tokens from 0 (prompt, then answer). A cached step's
+past columns are the row's prompt K/V from its last refresh, right-aligned to the call's past length; they carry
+their rotation, so their position ids are not read.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class Layout:
     gen_shape: tuple[int, int]  # (b, g): the gen_ids the graph takes
     state: tuple[np.ndarray, np.ndarray]  # (row, position) of each live cell of the state [n, L_max]
     slot: tuple[np.ndarray, np.ndarray]  # where that cell sits in gen_ids [b, g]
+    # [n] per row: the batch entry and first column of its prefix (its past, in a cached call) on the prompt axis
+    prefix_at: tuple[np.ndarray, np.ndarray] | None = None
 
     def gen_ids(self, x: np.ndarray, mask_id: int) -> np.ndarray:
         """[b, g] graph input from the loop state ``x`` [n, L_max]; unused slots hold the mask id."""
@@ -72,6 +79,11 @@ class Layout:
         state = (self.state[0][cells], self.state[1][cells])
         return _frozen(Layout(self.prefix_embeds[entries], self.segment_ids[entries], self.position_ids[entries],
                               (len(entries), self.gen_shape[1]), state, slot))  # fmt: skip
+
+    @property
+    def rows(self) -> int:
+        """The rows (state entries) this call serves."""
+        return 0 if len(self.state[0]) == 0 else int(self.state[0].max()) + 1
 
 
 def _frozen(layout: Layout) -> Layout:
@@ -119,16 +131,55 @@ def padded_layout(prompts: list[np.ndarray], kept: np.ndarray, prompt_len: int, 
     ``tails``: each row's end tail (``with_tails``), inside ``prompt_len``."""
     kept = np.asarray(kept, dtype=np.int64)
     prefixes, prefix_pos, lengths = with_tails(prompts, kept, tails, tail_embed)
+    return rows_padded(prefixes, prefix_pos, lengths, kept, prompt_len, gen_len)
+
+
+def rows_padded(prefixes: list[np.ndarray], prefix_pos: list[np.ndarray], lengths: np.ndarray, kept: np.ndarray,
+                prompt_len: int, gen_len: int) -> Layout:  # fmt: skip
+    """``padded_layout`` of rows whose prefixes (end tail and prompt) are made: [C_i, D] with position ids [C_i];
+    ``lengths``: each row's prompt length P_i (its answer starts at position P_i)."""
+    kept = np.asarray(kept, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
     prefix, valid = left_pad(prefixes, prompt_len)
     segment_ids, position_ids = window_layout(valid, kept, gen_len)
-    if tails is not None and np.any(tails):
+    sizes = np.array([len(p) for p in prefixes], dtype=np.int64)
+    if (sizes != lengths).any():  # an end tail: its positions come after the window, the answer's after the prompt
         position_ids = position_ids.copy()
-        for b, pos in enumerate(prefix_pos):  # once per group, not per step
+        for b, pos in enumerate(prefix_pos):  # once per call shape, not per step
             position_ids[b, prompt_len - len(pos) : prompt_len] = pos
         answer = lengths[:, None] + np.arange(gen_len)[None]  # [b, g] P_i + j
         position_ids[:, prompt_len:] = np.where(segment_ids[:, prompt_len:] > 0, answer, 0)
     live = _live(kept)
-    return _frozen(Layout(prefix, segment_ids, position_ids, (len(prompts), gen_len), live, live))
+    at = (np.arange(len(prefixes), dtype=np.int64), prompt_len - sizes)
+    return _frozen(Layout(prefix, segment_ids, position_ids, (len(prefixes), gen_len), live, live, at))
+
+
+def rows_cached(prefixes: list[np.ndarray], prefix_pos: list[np.ndarray], lengths: np.ndarray, kept: np.ndarray,
+                past_len: int, gen_len: int, shifted: bool = False) -> Layout:  # fmt: skip
+    """A cached step's layout (docs/DESIGN.md "Prompt K/V cache"): one row per batch entry, its cached prefix K/V
+    right-aligned in ``past_len`` past columns, then (``shifted``: Dream's shifted logits) its last prefix position
+    computed live, then its answer padded to ``gen_len``. ``prefix_embeds`` holds only the live prefix positions
+    ([b, 0, D], or [b, 1, D] when shifted); the call's ids cover past + that + answer."""
+    kept = np.asarray(kept, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    b, live_cols = len(prefixes), int(shifted)
+    cached = np.array([len(p) - live_cols for p in prefixes], dtype=np.int64)  # past columns each row holds
+    cols = np.arange(past_len)[None]
+    past_valid = cols >= past_len - cached[:, None]  # [b, past]
+    answer_valid = np.arange(gen_len)[None] < kept[:, None]  # [b, g]
+    live_valid = np.ones((b, live_cols), dtype=bool)
+    segment_ids = np.concatenate([past_valid, live_valid, answer_valid], axis=1).astype(np.int32)
+    position_ids = np.zeros(segment_ids.shape, dtype=np.int64)
+    for i, pos in enumerate(prefix_pos):  # once per call shape, not per step
+        position_ids[i, past_len - cached[i] : past_len] = pos[: cached[i]]
+        position_ids[i, past_len : past_len + live_cols] = pos[cached[i] :]
+    answer = lengths[:, None] + np.arange(gen_len)[None]
+    position_ids[:, past_len + live_cols :] = np.where(answer_valid, answer, 0)
+    dim, dtype = prefixes[0].shape[1], prefixes[0].dtype
+    live = np.stack([p[len(p) - live_cols :] for p in prefixes]) if live_cols else np.zeros((b, 0, dim), dtype=dtype)
+    state = _live(kept)
+    at = (np.arange(b, dtype=np.int64), past_len - cached)
+    return _frozen(Layout(np.ascontiguousarray(live), segment_ids, position_ids, (b, gen_len), state, state, at))
 
 
 def packed_layout(prompts: list[np.ndarray], kept: np.ndarray, tails: np.ndarray | None = None,
@@ -136,14 +187,23 @@ def packed_layout(prompts: list[np.ndarray], kept: np.ndarray, tails: np.ndarray
     """Every row in one sequence: all prefixes (end tail, prompt), then all answer windows; segment i + 1 is row i."""
     kept = np.asarray(kept, dtype=np.int64)
     prefixes, prefix_pos, lengths = with_tails(prompts, kept, tails, tail_embed)
+    return rows_packed(prefixes, prefix_pos, lengths, kept)
+
+
+def rows_packed(prefixes: list[np.ndarray], prefix_pos: list[np.ndarray], lengths: np.ndarray,
+                kept: np.ndarray) -> Layout:  # fmt: skip
+    """``packed_layout`` of rows whose prefixes and their position ids are made (``rows_padded``)."""
+    kept = np.asarray(kept, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
     sizes = np.array([p.shape[0] for p in prefixes])
     prefix = np.concatenate(prefixes)[None]  # [1, sum (t_i + P_i), D]
-    seg_prompt = np.repeat(np.arange(1, len(prompts) + 1), sizes)
-    seg_answer = np.repeat(np.arange(1, len(prompts) + 1), kept)
+    seg_prompt = np.repeat(np.arange(1, len(prefixes) + 1), sizes)
+    seg_answer = np.repeat(np.arange(1, len(prefixes) + 1), kept)
     pos_prompt = np.concatenate(prefix_pos)
     rows, positions = _live(kept)
     pos_answer = lengths[rows] + positions
     segment_ids = np.concatenate([seg_prompt, seg_answer]).astype(np.int32)[None]
     position_ids = np.concatenate([pos_prompt, pos_answer]).astype(np.int64)[None]
     slot = (np.zeros(len(rows), dtype=np.int64), np.arange(len(rows)))
-    return _frozen(Layout(prefix, segment_ids, position_ids, (1, int(kept.sum())), (rows, positions), slot))
+    at = (np.zeros(len(prefixes), dtype=np.int64), np.cumsum(sizes) - sizes)
+    return _frozen(Layout(prefix, segment_ids, position_ids, (1, int(kept.sum())), (rows, positions), slot, at))

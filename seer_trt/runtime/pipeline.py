@@ -33,17 +33,19 @@ from seer_trt.backends import open_backend
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.config import CostCalibration, GenerationConfig, SeerConfig
 from seer_trt.contracts.errors import ConfigError, InputError, ManifestError, SeerError, describe
+from seer_trt.contracts.graphs import CACHED_GRAPHS, has_cache
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache, check_dispatch
 from seer_trt.runtime import costs
 from seer_trt.runtime.boundary import detect
 from seer_trt.runtime.decoding import Decoding, choose
-from seer_trt.runtime.denoise import Loop
+from seer_trt.runtime.denoise import Loop, LoopSettings, Row, RowSettings
 from seer_trt.runtime.detokenize import MaskAnswerError, answer
-from seer_trt.runtime.dispatch import CostModel, DispatchPlan, plan_dispatch
+from seer_trt.runtime.dispatch import CostModel
 from seer_trt.runtime.embed import Embedder, PromptEmbeds
 from seer_trt.runtime.image import Image, ImageLimits, prepare_image
-from seer_trt.runtime.layout import Layout, packed_layout, padded_layout
+from seer_trt.runtime.kv_cache import KVPool, RowCache, cache_layout, default_kv_budget
+from seer_trt.runtime.layout import with_tails
 from seer_trt.runtime.prompt import PromptFormat
 from seer_trt.runtime.request import GENERATION_FIELDS, Request, Result, check_settings
 from seer_trt.runtime.schedule import plan_schedule
@@ -104,34 +106,37 @@ class Plan:
     failed: dict[int, tuple[str, str]]  # request index -> why it could not be prepared (it fails alone), and the
     # error's kind: "input" (the request's own input: a client error) or "internal"
     policy: str  # dispatch policy of every group
-    needs_costs: bool  # cost_model with a group of several rows: the backend's step costs are measured first
+    needs_costs: bool  # cost_model with several rows (of any groups: they share calls): the step costs come first
 
 
 @dataclasses.dataclass(frozen=True)
 class BatchOutput:
     results: tuple[Result, ...]  # one per request, in order
-    plans: tuple[DispatchPlan, ...]  # one per group of requests sharing generation settings
+    stats: LoopStats  # how its rows stepped: steps, graph calls, rows per call
     # (reuse, forecast or None) relative K/V error a cache's drift gate measured at each refresh it checked
     kv_errors: tuple[tuple[float, float | None], ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopStats:
+    """How a call's rows stepped through the one loop."""
+
+    steps: int  # loop steps
+    calls: int  # window-graph calls
+    rows_per_call: float  # rows a call served, on average
+
+    @classmethod
+    def of(cls, loop: Loop, rows_served: int) -> LoopStats:
+        return cls(loop.steps, loop.calls, rows_served / loop.calls if loop.calls else 0.0)
+
+
 @dataclasses.dataclass(eq=False)
 class GroupRun:
-    """A group started (``SeerPipeline.start_group``): its rows' kept windows and one ``Loop`` per dispatched part."""
+    """A group started (``SeerPipeline.start_group``): its rows, each ready for the loop, and the stages' seconds."""
 
     group: GroupPlan
-    kept: np.ndarray  # [R] each row's L*
-    dispatch: DispatchPlan
-    parts: tuple[tuple[np.ndarray, Loop], ...]  # (the part's row indices in the group, its loop)
+    rows: list[Row]  # [R] in the group's order
     clock: dict[str, float]  # seconds per stage
-
-    def where(self, row: int) -> tuple[int, Loop]:
-        """The loop holding the group's ``row``, and the row's index in it."""
-        for rows, loop in self.parts:
-            hit = np.flatnonzero(rows == row)
-            if len(hit):
-                return int(hit[0]), loop
-        raise IndexError(row)
 
 
 class SeerPipeline:
@@ -140,7 +145,8 @@ class SeerPipeline:
     def __init__(self, folder: str | Path, manifest: Manifest, backend: Backend, policy: str = DEFAULT_POLICY,
                  tau_pad: float = 0.2, short: int = 4, image_limits: ImageLimits | None = None,
                  seer: SeerConfig | None = None, cache: CacheConfig = DEFAULT_CACHE,
-                 cost: CostModel | None = None, max_prompt_chars: int | None = None) -> None:  # fmt: skip
+                 cost: CostModel | None = None, max_prompt_chars: int | None = None,
+                 kv_budget: int | None = None) -> None:  # fmt: skip
         """
         Args:
             image_limits: what an image may cost before it is decoded; None: the manifest's.
@@ -152,6 +158,8 @@ class SeerPipeline:
                 when a call first needs them.
             max_prompt_chars: the most characters of message text a request may send, checked before templating
                 and tokenizing; None: what the largest prompt bucket can hold (``prompt_char_limit``).
+            kv_budget: bytes the prompt K/V pool may hold in the backend's memory (the rows' snapshots and the
+                loops' call buffers): a request is admitted when its slot fits; None: ``default_kv_budget``.
 
         Raises:
             ConfigError: ``seer`` reads a signal the export's ``step_zero`` graph does not compute; a cache policy
@@ -173,7 +181,9 @@ class SeerPipeline:
         self.tau_pad = tau_pad
         self.short = short
         self.cost = cost
+        self.kv_budget = kv_budget
         self._cost_lock = threading.Lock()
+        self._pool: KVPool | None = None
         self._tail_embed: np.ndarray | None = None
 
     @classmethod
@@ -363,7 +373,7 @@ class SeerPipeline:
                       windows=np.array([p.request.window or gen.gen_length for _, p in members], dtype=np.int64))
             for (gen, mode, early_stop, cache), members in ready.items()
         )  # fmt: skip
-        needs_costs = policy == "cost_model" and any(len(g.rows) > 1 for g in groups)
+        needs_costs = policy == "cost_model" and sum(len(g.rows) for g in groups) > 1  # rows of any groups share calls
         return Plan(len(items), groups, failed, policy, needs_costs)
 
     def calibrate_costs(self, plan: CostCalibration | None = None) -> CostModel:
@@ -386,38 +396,73 @@ class SeerPipeline:
 
     def execute(self, plan: Plan) -> BatchOutput:
         """Run ``plan``: the cost model's calibration first when it needs one and none was measured, then every
-        group; one Result per request of the call, in order."""
+        group started and its rows stepped in one loop to the end: the engine's path with every row arriving at
+        once. Rows whose prompt K/V does not fit the pool yet wait for others to finish."""
         if plan.needs_costs and self.cost is None:
             with self._cost_lock:
                 if self.cost is None:
                     self.calibrate_costs()
         results: list[Result | None] = [None] * plan.size
-        dispatched, errors = [], []
-        for group in plan.groups:
-            out, dispatch, gated = self._run_group(group, plan.policy)
-            dispatched.append(dispatch)
-            errors += gated
-            for i, prep, result in zip(group.rows, group.prepare_s, out, strict=True):
-                results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds})
         for i, (error, kind) in plan.failed.items():
             results[i] = Result.failed(error, kind)
-        return BatchOutput(tuple(results), tuple(dispatched), tuple(errors))
+        loop = self.loop(plan.policy)
+        served = [0]
+        loop.on_call = lambda call: served.__setitem__(0, served[0] + call.rows)
+        runs: list[GroupRun] = []
+        try:
+            waiting: list[Row] = []
+            for group in plan.groups:
+                run = self.start_group(group)
+                runs.append(run)
+                waiting += run.rows
+            t0 = time.perf_counter()
+            while waiting or loop.rows:
+                waiting = waiting[loop.add(waiting) :]  # in order, as their K/V slots fit the pool
+                if waiting and not loop.rows:  # nothing will give a slot back: the head can never fit
+                    waiting[0].error = self.too_large(waiting[0])
+                    waiting = waiting[1:]
+                loop.step()
+                loop.retire()
+            denoise_s = time.perf_counter() - t0
+            errors = []
+            for run in runs:
+                run.clock["denoise"] = denoise_s
+                errors += [e for r in run.rows for e in r.cache.errors]
+                for i, prep, result in zip(run.group.rows, run.group.prepare_s, self.results(run), strict=True):
+                    results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds}) \
+                        if result.ok else result  # fmt: skip
+        finally:
+            loop.close()
+        return BatchOutput(tuple(results), LoopStats.of(loop, served[0]), tuple(errors))
 
-    def _run_group(self, group: GroupPlan, policy: str) -> tuple[list[Result], DispatchPlan, list]:
-        """Step zero, boundary, schedule, dispatch, denoising and detokenizing of one group; also the K/V errors
-        its cache's drift gate measured."""
-        run = self.start_group(group, policy)
-        t0 = time.perf_counter()
-        for _, loop in run.parts:
-            while loop.step():
-                pass
-        run.clock["denoise"] = time.perf_counter() - t0
-        errors = [e for _, loop in run.parts for e in loop.kv.errors]
-        return self.results(run, np.arange(len(group.rows))), run.dispatch, errors
+    def loop(self, policy: str | None = None) -> Loop:
+        """A loop over this pipeline's backend (``generate`` makes one per call; the engine one for its life)."""
+        special = self.manifest.special_tokens
+        return Loop(LoopSettings(self.backend, special.mask_id, self.buckets, policy or self.policy, self.tau_pad,
+                                 self.short, self.cost, self.kv_pool(), self.manifest.model.logit_shift))  # fmt: skip
 
-    def start_group(self, group: GroupPlan, policy: str) -> GroupRun:
-        """A group up to its first denoising step: step zero, boundary, schedule, dispatch and one ``Loop`` per
-        dispatched part, ready to step (``_run_group`` steps them to the end; the engine, side by side with others)."""
+    def kv_pool(self) -> KVPool | None:
+        """The rows' prompt K/V slots in the backend's memory (made once; None when no window graph takes a cache)."""
+        with self._cost_lock:
+            if self._pool is None:
+                spec = next((self.backend.spec(g) for g in CACHED_GRAPHS if g in self.manifest.graphs), None)
+                if spec is None or cache_layout(spec) is None:
+                    return None
+                budget = self.kv_budget if self.kv_budget is not None else default_kv_budget(self.backend.memory)
+                self._pool = KVPool(self.backend.memory, spec, budget)
+            return self._pool
+
+    def too_large(self, row: Row) -> str:
+        """Why ``row`` can never be admitted: its prompt K/V is larger than what the pool's budget leaves."""
+        pool = self.kv_pool()
+        need = pool.slot_bytes(len(row.prefix), row.cache.config.snapshots)
+        return (f"this request's prompt K/V takes {need} bytes ({len(row.prefix)} positions x "
+                f"{row.cache.config.snapshots} snapshot(s)) and the K/V pool's budget is {pool.budget} bytes, "
+                f"{pool.used} of them held; raise the budget (--kv-budget-mib) or send cache none")  # fmt: skip
+
+    def start_group(self, group: GroupPlan) -> GroupRun:
+        """A group's rows ready for the loop: step zero batched, boundary (L*), schedule, each row's prefix (its end
+        tail ahead of its prompt), settings and cache policy; no slot reserved yet (``reserve``)."""
         gen, special, n = group.gen, self.manifest.special_tokens, group.gen.gen_length
         embeds = [p.embeds for p in group.prompts]
         rows_n = len(embeds)
@@ -434,48 +479,43 @@ class SeerPipeline:
             if decoding.step_zero_predicts and zero.x0 is not None:
                 step0 = (zero.x0, zero.confidence)
         t0 = time.perf_counter()
-        schedule = plan_schedule(gen, kept)
+        schedule = plan_schedule(gen, kept, decoding.counts)
         tails = self.tails(kept, n, [len(e) for e in embeds])
-        dispatch = plan_dispatch([len(e) + t for e, t in zip(embeds, tails.tolist(), strict=True)], kept,
-                                 schedule.steps, self.buckets, policy, self.tau_pad, self.short, self.cost,
-                                 self.backend.max_shape("denoise"))  # fmt: skip
+        prefixes, positions, lengths = with_tails(embeds, kept, tails, self.tail_embed() if tails.any() else None)
+        cached = has_cache(self.backend.spec(decoding.graph))
+        stop_id = special.eot_id if group.early_stop else None
+        rows = []
+        for i in range(rows_n):  # once per request
+            k, steps = int(kept[i]), int(schedule.steps[i])
+            settings = RowSettings(decoding, int(group.seeds[i]), float(group.top_p[i]), stop_id, group.cache,
+                                   gen.block_length)  # fmt: skip
+            fraction = None if schedule.fraction is None else schedule.fraction[i, :steps]
+            rows.append(Row(settings, prefixes[i], positions[i], int(lengths[i]), schedule.transfer[i, :steps],
+                            schedule.block_end[i, :steps], fraction, np.full(k, special.mask_id, dtype=np.int64),
+                            RowCache(group.cache, cached),
+                            None if step0 is None else (step0[0][i, :k], step0[1][i, :k])))  # fmt: skip
         clock["dispatch"] = time.perf_counter() - t0
-        parts = []
-        for part in dispatch.groups:
-            rows = np.array(part.rows)
-            t1 = time.perf_counter()
-            layout = self.layout(part.path, [embeds[r] for r in rows], kept[rows], part.prompt_len, part.gen_len,
-                                 tails[rows])  # fmt: skip
-            clock["packing"] += time.perf_counter() - t1
-            part_step0 = None if step0 is None else (step0[0][rows], step0[1][rows])
-            loop = Loop(self.backend, layout, schedule.rows(rows), decoding.decoder(group.seeds[rows], group.top_p[rows]),
-                        special.mask_id, part_step0, special.eot_id if group.early_stop else None, group.cache,
-                        decoding.rule, gen.block_length, self.cost, self.manifest.model.logit_shift)  # fmt: skip
-            parts.append((rows, loop))
-        return GroupRun(group, kept, dispatch, tuple(parts), clock)
+        return GroupRun(group, rows, clock)
 
-    def results(self, run: GroupRun, rows: np.ndarray) -> list[Result]:
-        """The Results of a started group's ``rows`` (indices into the group) as their loops hold them now."""
+    def results(self, run: GroupRun, rows: np.ndarray | None = None) -> list[Result]:
+        """The Results of a started group's ``rows`` (indices into the group; all by default) as they stand now."""
         special, n = self.manifest.special_tokens, run.group.gen.gen_length
-        tokens = np.full((len(rows), n), special.mask_id, dtype=np.int64)
-        used, refreshes = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
-        for i, r in enumerate(rows):
-            j, loop = run.where(int(r))
-            k = int(run.kept[r])
-            tokens[i, :k] = loop.x[j, :k]
-            used[i], refreshes[i] = loop.used[j], loop.refreshes[j]
+        picked = run.rows if rows is None else [run.rows[int(i)] for i in rows]
         t0 = time.perf_counter()
-        kept = run.kept[rows]
-        answers: list = []
-        for row, k in zip(tokens, kept, strict=True):
+        out = []
+        for row in picked:
+            if row.error is not None:
+                out.append(Result.failed(row.error, "input"))
+                continue
             try:
-                answers.append(answer(row, int(k), self.prompts.tokenizer, special.eot_id, special.mask_id))
+                ids, text = answer(row.x, row.kept, self.prompts.tokenizer, special.eot_id, special.mask_id)
             except MaskAnswerError as err:  # a broken export's "answer": this request fails alone
-                answers.append(err)
+                out.append(Result.failed(str(err), "internal"))
+                continue
+            out.append(Result(text, tuple(ids), tuple(row.x.tolist()), row.kept, row.used, n, dict(run.clock),
+                              refreshes=row.refreshes))  # fmt: skip
         run.clock["detokenize"] = time.perf_counter() - t0
-        return [Result.failed(str(a), "internal") if isinstance(a, MaskAnswerError) else
-                Result(a[1], tuple(a[0]), tuple(row[:k].tolist()), int(k), int(s), n, dict(run.clock), refreshes=int(r))
-                for a, row, k, s, r in zip(answers, tokens, kept, used, refreshes, strict=True)]  # fmt: skip
+        return out
 
     def tails(self, kept: np.ndarray, gen_length: int, prompt_lengths: list[int]) -> np.ndarray:
         """[R] end-tail positions of a group's rows (docs/DESIGN.md "Seer, exactly"): ``seer.tail`` of each cut row's
@@ -485,15 +525,6 @@ class SeerPipeline:
             return np.zeros(len(kept), dtype=np.int64)
         room = self.buckets.prompt[-1] - np.asarray(prompt_lengths, dtype=np.int64)
         return np.clip(self.seer.tails(kept, gen_length), 0, np.maximum(room, 0))
-
-    def layout(self, path: str, embeds: list[np.ndarray], kept: np.ndarray, prompt_len: int, gen_len: int,
-               tails: np.ndarray) -> Layout:  # fmt: skip
-        """The rows' layout on the dispatch ``path`` ("packed", or padded to ``prompt_len`` / ``gen_len``), each row's
-        end tail (``tails``) ahead of its prompt."""
-        tail = (tails, self.tail_embed() if tails.any() else None)
-        if path == "packed":
-            return packed_layout(embeds, kept, *tail)
-        return padded_layout(embeds, kept, prompt_len, gen_len, *tail)
 
     def tail_embed(self) -> np.ndarray:
         """[D] the embedding of the token the end tail holds (``seer.tail_token``), embedded once."""
