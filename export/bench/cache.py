@@ -54,8 +54,8 @@ from seer_trt.contracts.errors import ConfigError, SeerError
 from seer_trt.contracts.manifest import MANIFEST_FILE
 from seer_trt.contracts.policies import DEFAULT_CACHE, CacheConfig
 from seer_trt.eval.tasks import WORDS
-from seer_trt.runtime.kv_cache import GroupCache, cache_bytes
-from seer_trt.runtime.layout import padded_layout
+from seer_trt.runtime.kv_cache import cache_bytes, forecast_weights, no_cache
+from seer_trt.runtime.layout import padded_layout, rows_cached
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request
 from seer_trt.runtime.step_zero import run_step_zero
@@ -184,14 +184,22 @@ def step_times(pipe: SeerPipeline, settings: Settings, progress: Progress) -> di
             layout = padded_layout([embeds], np.array([window]), len(embeds), window)
             base = {"prefix_embeds": layout.prefix_embeds, "gen_ids": np.full((1, window), mask, dtype=np.int64),
                     "segment_ids": layout.segment_ids, "position_ids": layout.position_ids}  # fmt: skip
-            feeds = {}
-            for name, cache in (("uncached", CacheConfig("none")), ("reuse", CacheConfig("reuse", 4)),
-                                ("forecast", CacheConfig("forecast", 4))):  # fmt: skip
-                kv = GroupCache(cache, spec, layout, pipe.manifest.model.logit_shift)
-                for t in (0, 4):  # two refreshes: the forecast's two snapshots
-                    past, _ = kv.plan(t, t == 4)
-                    kv.store(t, pipe.backend.run("denoise", {**base, **past}))
-                feeds[name] = {**base, **kv.plan(5, False)[0]}
+            uncached = {**base, **no_cache(spec, 1)}
+            shift = pipe.manifest.model.logit_shift
+            cached = rows_cached([embeds], [np.arange(len(embeds))], [len(embeds)], [window], len(embeds) - shift,
+                                 window, bool(shift))  # fmt: skip
+            snapshots = []  # two refreshes: the forecast's two snapshots, each [1, H_kv, C, hd] per input
+            for _ in range(2):
+                fresh = pipe.backend.run("denoise", uncached)
+                snapshots.append({n: fresh[n.replace("past_key_values", "present")][:, :, : len(embeds) - shift].copy()
+                                  for n in (t.name for t in spec.inputs) if n.startswith("past_key_values.")})  # fmt: skip
+            step = {**base, "prefix_embeds": cached.prefix_embeds, "segment_ids": cached.segment_ids,
+                    "position_ids": cached.position_ids}  # fmt: skip
+            feeds = {"uncached": uncached,
+                     "reuse": {**step, "past_weights": np.ones(1, dtype=np.float32),
+                               **{n: v[None] for n, v in snapshots[1].items()}},
+                     "forecast": {**step, "past_weights": forecast_weights(np.array([0, 4]), 5, 0.55),
+                                  **{n: np.stack([s[n] for s in snapshots]) for n in snapshots[0]}}}  # fmt: skip
             rounds: dict[str, list[float]] = {k: [] for k in feeds}
             for name in feeds:  # warm-up: bindings for these shapes
                 pipe.backend.run("denoise", feeds[name])
@@ -216,8 +224,6 @@ def step_times(pipe: SeerPipeline, settings: Settings, progress: Progress) -> di
 
 def full_step(pipe: SeerPipeline, embeds: np.ndarray, n: int, calls: int) -> float:
     """Seconds of one uncached step over the whole window (the padded baseline's step): the fastest of ``calls``."""
-    from seer_trt.runtime.kv_cache import no_cache
-
     layout = padded_layout([embeds], np.array([n]), len(embeds), n)
     feeds = {"prefix_embeds": layout.prefix_embeds, "segment_ids": layout.segment_ids,
              "position_ids": layout.position_ids, **no_cache(pipe.backend.spec("denoise"), 1),

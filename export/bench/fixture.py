@@ -261,15 +261,15 @@ def batched(pipe: SeerPipeline, samples: list[Sample], settings: Settings, label
     rows = {}
     for policy in POLICIES:
         times = secs.get(policy, [warm[policy]])
-        plan = first[policy].plans[0]
+        stats = first[policy].stats
         rows[policy] = {
             "seconds": float(np.median(times)),
             "seconds_range": [min(times), max(times)],
             "rounds": len(times) if policy in secs else 0,
             "tokens_per_s": tokens / float(np.median(times)),
-            "predicted_s": plan.predicted_s,
-            "padding_waste": plan.waste,
-            "groups": [f"{g.path}:{len(g.rows)}x{g.prompt_len}+{g.gen_len}" for g in plan.groups],
+            "steps": stats.steps,  # loop steps: every live row stepped together in each
+            "calls": stats.calls,  # window-graph calls: the policy's split of each step's rows
+            "rows_per_call": stats.rows_per_call,
             "same_tokens": windows[policy] == windows[DEFAULT_POLICY],
         }
     fixed = [p for p in contenders if p != DEFAULT_POLICY]
@@ -435,14 +435,12 @@ def tables(report: dict[str, Any]) -> str:
         p = sorted(b["prompt_lengths"])
         lines += ["", f"## Batched, {title}: {b['requests']} requests, prompts {p[0]}-{p[-1]} embeddings, true "
                   f"lengths {sorted(b['true_lengths'])}, gen_length {b['gen_length']}, windows: {b['windows']}", "",
-                  "| policy | seconds [min-max] | rounds | tokens/s | predicted s | padding waste | groups | "
+                  "| policy | seconds [min-max] | rounds | tokens/s | steps | calls | rows per call | "
                   "same tokens |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for pol, r in b["policies"].items():
-            pred = "-" if r["predicted_s"] is None else f"{r['predicted_s']:.3f}"
             lines.append(f"| {pol} | {r['seconds']:.3f} [{r['seconds_range'][0]:.3f}-{r['seconds_range'][1]:.3f}] | "
-                         f"{r['rounds'] or 'warm-up only'} | {r['tokens_per_s']:.1f} | {pred} | "
-                         f"{100 * r['padding_waste']:.0f} % | {' '.join(r['groups'])} | "
-                         f"{'yes' if r['same_tokens'] else 'NO'} |")  # fmt: skip
+                         f"{r['rounds'] or 'warm-up only'} | {r['tokens_per_s']:.1f} | {r['steps']} | {r['calls']} | "
+                         f"{r['rows_per_call']:.1f} | {'yes' if r['same_tokens'] else 'NO'} |")  # fmt: skip
         lines += ["", f"{DEFAULT_POLICY} over the best fixed policy ({b['best_fixed']}): "
                   f"{fmt(b['default_over_best_fixed'])}; over per_request: {fmt(b['default_over_per_request'])}"]  # fmt: skip
     lines += ["", f"## One denoising step, batch 1, {report['machine']['threads']} thread(s) each "

@@ -13,9 +13,15 @@ Out: per concurrency, for each way (``default``: the server's defaults, the engi
      over rounds that rotate the ways; the ratios of ``default`` over each other way, per round; ``overhead``: one
      client, one request after another, through HTTP against ``SeerPipeline.generate`` on the same requests
      (interleaved request by request), the median relative difference and the fixed cost in seconds;
-     ``overhead_long``: the same on longer requests (the padded loop, the fixed rule, ``LONG_WINDOW`` steps); and at
-     the top level the headline ratios ``serving_over_cache_none_16``, ``serving_over_generate_batch_16`` (at the
-     largest level) and ``overhead_1``.
+     ``overhead_long``: the same on longer requests (the padded loop, the fixed rule, ``LONG_WINDOW`` steps);
+     ``counted``, per concurrency: one more burst of the ``default`` way and one ``generate`` of the same requests at
+     once, their window-graph calls recorded by the backend (``seer_export.bench.projection``): engine steps, calls
+     per step, rows per call, host<->device bytes per step by kind, and each run's calls projected onto LLaDA-V 8B on
+     one H200 (the roofline of ../shared/reference/gpu-limits.md §6.5; the fixture's prompts scaled to LLaDA-V's 793
+     positions, the ``llada-v`` shape's kept), the at-once run with its K/V resident; and at the top level the
+     headline ratios ``serving_over_cache_none_16``, ``serving_over_generate_batch_16`` (at the largest level),
+     ``overhead_1``, ``rows_per_call_16``, ``kv_host_bytes_per_step_16`` and ``projected_h200_over_at_once_16`` (the
+     projection of ``generate`` at once over the served calls' projection: 1 when serving loses nothing to arrivals).
 
 The servers run in this process (uvicorn in threads, one port each) over one pipeline, so they share the backend's
 sessions and the measuring clients share the machine's cores with them: figures are of the whole loopback system, as a
@@ -232,6 +238,8 @@ def bench(folder, settings: Settings, seed: int, progress: Progress, command: st
             for key in WAYS[1:]:
                 level[f"default_over_{key}"] = ratio(per["default"]["rps"], per[key]["rps"])
             report["levels"][str(c)] = level
+        report["counted"] = {str(c): counted(pipe, servers["default"], requests[:m], greedy[:m], c, settings.shape,
+                                             progress) for c in settings.concurrency}  # fmt: skip
         url = servers["default"].url
         pairs = list(zip(requests, greedy, strict=True))
         slow = {"seer": False, "decoding": "fixed", "gen_length": LONG_WINDOW}  # a step per position, all N
@@ -244,14 +252,48 @@ def bench(folder, settings: Settings, seed: int, progress: Progress, command: st
     finally:
         for srv in servers.values():
             srv.close()
-    top = report["levels"][str(max(settings.concurrency))]
-    report["headline"] = {f"serving_over_cache_none_{max(settings.concurrency)}": top["default_over_cache_none"],
-                          f"serving_over_generate_batch_{max(settings.concurrency)}":
-                              top["default_over_generate_batch"],
-                          "overhead_1": report["overhead"]["relative"]}  # fmt: skip
+    c = max(settings.concurrency)
+    top, count = report["levels"][str(c)], report["counted"][str(c)]
+    report["headline"] = {f"serving_over_cache_none_{c}": top["default_over_cache_none"],
+                          f"serving_over_generate_batch_{c}": top["default_over_generate_batch"],
+                          "overhead_1": report["overhead"]["relative"],
+                          f"rows_per_call_{c}": count["served"]["rows_per_call"],
+                          f"kv_host_bytes_per_step_{c}": count["served"]["kv_host_bytes_per_step"],
+                          f"projected_h200_over_at_once_{c}": count["at_once_over_served"]}  # fmt: skip
     report |= report["headline"]
     report["load_average"] = os.getloadavg()
     return report
+
+
+def counted(pipe, server: _Server, requests: list, bodies: list[dict], clients: int, shape: str,
+            progress: Progress) -> dict[str, Any]:  # fmt: skip
+    """The window-graph calls of one burst of ``bodies`` through the server (``clients`` at a time) and of
+    ``generate`` of the same ``requests`` at once, recorded and projected onto one H200
+    (``seer_export.bench.projection``)."""
+    from seer_export.bench.projection import ExportDims, Recorder, summary
+
+    dims = ExportDims.of(pipe.backend.spec("denoise"))
+    prompt = None if shape == "llada-v" else PROJECTED_PROMPT
+    progress(f"serving: {clients} client(s), the calls counted (served, then generate at once)")
+    with Recorder(pipe.backend, step=lambda: server.engine.steps) as served:
+        first = server.engine.steps
+        _burst(server.url, bodies, clients)
+        steps = server.engine.steps - first
+    with Recorder(pipe.backend) as at_once:
+        pipe.generate(requests)
+    s, a = summary(served, dims, steps, prompt), summary(at_once, dims, None, prompt, kv_resident=True)
+    return {"served": s, "at_once": a, "at_once_over_served": a["projected_h200_s"] / s["projected_h200_s"]}
+
+
+def _headline(key: str, value: Any) -> str:
+    if isinstance(value, dict):
+        return f"{key} {value['value']:.2f}x [{value['min']:.2f}-{value['max']:.2f}]"
+    if key.startswith("overhead"):
+        return f"{key} {value * 100:+.1f} %"
+    return f"{key} {value:.3g}"
+
+
+PROJECTED_PROMPT = 793  # the fixture's prompts are projected at LLaDA-V's one-tile prompt (gpu-limits.md §6.1)
 
 
 def table(report: dict) -> str:
@@ -273,11 +315,20 @@ def table(report: dict) -> str:
         lines.append(f"server overhead, {what} (one client, HTTP vs SeerPipeline.generate, {o['requests']} "
                      f"requests): {o['http_median_s'] * 1e3:.1f} ms vs {o['direct_median_s'] * 1e3:.1f} ms median, "
                      f"{o['fixed_cost_s'] * 1e3:+.1f} ms, {o['relative'] * 100:+.1f} %")  # fmt: skip
+    lines += ["", "| clients | run | engine steps | calls/step | rows/call | host K/V bytes/step | device copies "
+              "bytes/step | projected H200 s |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for c, count in report.get("counted", {}).items():
+        for run in ("served", "at_once"):
+            x = count[run]
+            per = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+            lines.append(f"| {c} | {run} | {x['steps'] or '-'} | {per(x['calls_per_step'])} | {x['rows_per_call']:.2f} | "
+                         f"{per(x['kv_host_bytes_per_step'])} | {per(x['device_copy_bytes_per_step'])} | "
+                         f"{x['projected_h200_s']:.3f} |")  # fmt: skip
+        lines.append(f"| {c} | at once / served | | | | | | {count['at_once_over_served']:.2f} |")
+    lines.append("")
     d = report["differing"]
     lines.append(f"answers differing from generate alone (float rounding at a border): "
                  f"{', '.join(f'{k} {v}' for k, v in d.items())} (of {report['answers']} per way)")  # fmt: skip
-    lines.append("headline: " + ", ".join(f"{k} {v['value']:.2f}x [{v['min']:.2f}-{v['max']:.2f}]"
-                                          if isinstance(v, dict) else f"{k} {v * 100:+.1f} %"
-                                          for k, v in report["headline"].items()))  # fmt: skip
+    lines.append("headline: " + ", ".join(_headline(k, v) for k, v in report["headline"].items()))
     lines.append(f"load average {report['load_average'][0]:.2f}")
     return "\n".join(lines)
