@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 namespace seer {
 
@@ -210,6 +211,57 @@ DispatchPlan plan_dispatch(const std::vector<int64_t>& prompts, const std::vecto
   std::vector<Group> alone = fixed_groups("per_request", ctx, tau_pad, short_rows);
   if (total(alone, *cost) <= (1 + cost->error) * total(plans[pick], *cost)) return {policy, alone};
   return {policy, plans[pick]};
+}
+
+std::vector<Group> plan_cached(const std::vector<int64_t>& past, const std::vector<int64_t>& kept, int64_t live,
+                               const Buckets& buckets, const std::string& policy, const CostModel* cost) {
+  const int64_t n = static_cast<int64_t>(kept.size()), max_batch = buckets.batch.back();
+  auto call = [&](const std::vector<int64_t>& rows, bool bucketed) {
+    int64_t g = 0, c = 0, used = 0;
+    for (int64_t r : rows) g = std::max(g, kept[r]), c = std::max(c, past[r]), used += kept[r] + live;
+    Group out{rows, rows.size() == 1 ? "eager" : "static", live, bucketed ? bucket(g, buckets.answer) : g,
+              static_cast<int64_t>(rows.size()), 1, 0.0, bucket(c, buckets.prompt)};
+    return out;
+  };
+  std::vector<int64_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<Group> alone;
+  for (int64_t r : all) alone.push_back(call({r}, false));
+  if (policy == "per_request" || n <= 1) return alone;
+  std::vector<Group> naive;
+  for (int64_t i = 0; i < n; i += max_batch)
+    naive.push_back(call({all.begin() + i, all.begin() + std::min(n, i + max_batch)}, false));
+  if (policy == "naive_pad") return naive;
+  const std::vector<int64_t> ones(n, 1);
+  std::vector<Group> by_answer;
+  for (const auto& rows : by_bucket(all, Rows{past, kept, ones, buckets}, max_batch))
+    by_answer.push_back(call(rows, true));
+  if (policy != "cost_model") return by_answer;
+  if (cost == nullptr)
+    throw config_error("the cost_model policy needs a CostModel; SeerPipeline.calibrate_costs() measures one");
+  // the split into runs of rows sorted by answer (then past, then row) that the model predicts fastest
+  std::vector<int64_t> order = all;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return std::tie(kept[a], past[a]) < std::tie(kept[b], past[b]); });
+  std::vector<double> best(n + 1, std::numeric_limits<double>::infinity());
+  std::vector<int64_t> start(n + 1, 0);
+  best[0] = 0;
+  for (int64_t j = 1; j <= n; ++j)
+    for (int64_t i = j - 1; i > std::max<int64_t>(-1, j - 1 - max_batch); --i) {
+      const double t = best[i] + cost->seconds(call({order.begin() + i, order.begin() + j}, false));
+      if (t < best[j]) best[j] = t, start[j] = i;
+    }
+  std::vector<Group> searched;
+  for (int64_t j = n; j > 0; j = start[j]) {
+    std::vector<int64_t> rows(order.begin() + start[j], order.begin() + j);
+    std::sort(rows.begin(), rows.end());
+    searched.push_back(call(rows, false));
+  }
+  std::reverse(searched.begin(), searched.end());
+  const std::vector<Group>* plan = &searched;
+  for (const auto* other : {&naive, &by_answer})
+    if (total(*other, *cost) < total(*plan, *cost)) plan = other;
+  return total(alone, *cost) <= (1 + cost->error) * total(*plan, *cost) ? alone : *plan;
 }
 
 }  // namespace seer

@@ -1,18 +1,24 @@
 // Pipeline: requests in, answers out (seer_trt/runtime/pipeline.py, docs/DESIGN.md "Layout and dependency direction", "Seer, exactly").
 //
-//     preprocess (embed.cpp) ─► step zero (step_zero.cpp) ─► boundary (boundary.cpp) ─► schedule (schedule.cpp)
-//     ─► dispatch (dispatch.cpp) ─► denoise (denoise.cpp, per group, in its layout.cpp layout) ─► detokenize
+//     plan:    requests ─► preprocess (embed.cpp) ─► groups by settings
+//     execute: per group step zero (step_zero.cpp) ─► boundary (boundary.cpp) ─► schedule (schedule.cpp) ─► rows
+//              ─► every group's rows in one loop (denoise.cpp: dispatch.cpp splits, layout.cpp lays out each step's
+//                 calls, kv_cache.cpp holds the prompt K/V) ─► detokenize
 //
 // Requests with the same generation settings (the decoding rule in its one spelling included), mode (Seer, padded,
-// oracle window), early stopping and prompt K/V cache policy run together, groups in the order of their first
-// request, rows in request order: the same graph calls as the Python runtime, so the same tokens. A bad request gets its error and the others complete. Sessions are shared
-// between threads; every buffer of a call belongs to that call.
+// oracle window), early stopping and prompt K/V cache policy share a step zero, groups in the order of their first
+// request, rows in request order; then every group's rows step in one loop to the end, where rows of different
+// settings share graph calls: the same calls as the Python runtime, so the same tokens. A row joins the loop when its
+// prompt K/V slot fits the pool (admission by memory); one that can never fit fails alone. A bad request gets its
+// error and the others complete. Sessions are shared between threads; every buffer of a call belongs to that call.
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unistd.h>
 
 #include "boundary.hpp"
 #include "decoding.hpp"
@@ -28,6 +34,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr double HOST_KV_SHARE = 0.25;  // of the machine's memory, the pool's default budget (kv_cache.py)
 
 struct Prepared {
   size_t index;
@@ -46,6 +54,20 @@ struct Key {
   }
 };
 
+// A group started (Impl::start_group): its rows, each ready for the loop, and the stages' seconds.
+struct GroupRun {
+  std::vector<std::unique_ptr<Row>> rows;  // in the group's order
+  Timings clock;
+  int64_t step_zero_ns = 0;  // in its step-zero graphs
+  std::string error;         // why the group failed (a graph), "" when it did not
+};
+
+// The pool's default budget: HOST_KV_SHARE of the machine's physical memory.
+int64_t default_kv_budget() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(HOST_KV_SHARE * static_cast<double>(pages * page)) : 0;
+}
+
 }  // namespace
 
 struct Pipeline::Impl {
@@ -55,6 +77,7 @@ struct Pipeline::Impl {
   std::unique_ptr<Backend> backend;
   CacheSpec cache_spec;  // the window graph's cache inputs (none in a 2.0 export)
   CacheConfig cache;     // the policy of requests that choose none
+  std::unique_ptr<KVPool> pool;  // the rows' prompt K/V slots, shared by every call (none without a cache)
   std::unique_ptr<Detokenizer> detokenizer;
   std::mutex cost_mutex;
   std::unique_ptr<CostModel> cost;  // measured on the first batch of several rows that needs it
@@ -62,9 +85,15 @@ struct Pipeline::Impl {
 
   GenerationConfig generation(const Request& r) const;
   CacheConfig cache_for(const Request& r) const;
-  void run(const Key& key, const std::vector<const Request*>& requests, std::vector<Prepared>& rows,
-           const std::string& policy, std::vector<Result>& results);
   void calibrate_costs();
+  // the requests prepared (settings, prompt embeddings) and grouped by settings; a failure is its request's alone
+  std::vector<std::pair<Key, std::vector<Prepared>>> plan(const std::vector<Request>& requests,
+                                                          std::vector<Result>& results);
+  GroupRun start_group(const Key& key, const std::vector<Request>& requests, const std::vector<Prepared>& rows);
+  // every started group's rows stepped in one loop to the end, each joining as its K/V slot fits the pool
+  void denoise(std::vector<GroupRun>& runs, const std::string& policy, std::atomic<int64_t>* clock);
+  std::vector<Result> answers(GroupRun& run, const Key& key, const std::vector<Prepared>& rows, int64_t loop_ns) const;
+  std::string too_large(const Row& row) const;
 };
 
 GenerationConfig Pipeline::Impl::generation(const Request& r) const {
@@ -128,8 +157,11 @@ CacheConfig Pipeline::Impl::cache_for(const Request& r) const {
 }
 
 void Pipeline::Impl::calibrate_costs() {
+  // one window call at each of the calibration's shapes (clipped to the buckets), timed, and the greedy read of its
+  // outputs: seer_trt.runtime.costs.calibrate
   const size_t row_bytes = manifest.hidden_size * element_size(manifest.precision);
   const Buckets& bk = manifest.buckets;
+  const ConfidenceOutput confidence = confidence_output(manifest.graph("denoise"));
   std::vector<std::array<int64_t, 3>> shapes;
   for (const auto& s : manifest.cost_calibration.shapes) {
     std::array<int64_t, 3> c = {std::min(s[0], bk.batch.back()), std::max<int64_t>(1, std::min(s[1], bk.prompt.back())),
@@ -141,15 +173,24 @@ void Pipeline::Impl::calibrate_costs() {
   std::atomic<int64_t> clock{0};
   for (const auto& [b, p, g] : shapes) {
     std::vector<uint8_t> zeros(p * row_bytes, 0);
-    std::vector<Prompt> prompts(b, Prompt{zeros.data(), p});
-    std::vector<int64_t> kept(b, g), rows(b);
-    for (int64_t i = 0; i < b; ++i) rows[i] = i;
-    Schedule one_step{kept, std::vector<int64_t>(b, 1), 1, std::vector<int64_t>(b, 0), std::vector<int64_t>(b, g)};
-    Layout layout = padded_layout(prompts, kept, p, g, row_bytes);
+    Layout layout =
+        padded_layout(std::vector<Prompt>(b, Prompt{zeros.data(), p}), std::vector<int64_t>(b, g), p, g, row_bytes);
+    std::vector<int64_t> gen_ids(b * g, manifest.special.mask_id), x0(b * g);
+    std::vector<float> conf(b * g);
+    NoCache none;
+    GraphCall call = backend->call("denoise", &clock);
+    call.input("prefix_embeds", layout.prefix_embeds.data(), manifest.precision, {b, p, manifest.hidden_size});
+    call.input("gen_ids", gen_ids.data(), "int64", {b, g});
+    call.input("segment_ids", layout.segment_ids.data(), "int32", {b, p + g});
+    call.input("position_ids", layout.position_ids.data(), "int64", {b, p + g});
+    none.bind(call, cache_spec, manifest.precision, b);
+    call.output("x0", x0.data(), "int64", {b, g});
+    call.output(confidence.name.c_str(), conf.data(), "float32", {b, g});
     double fastest = 1e300;
     for (int64_t k = 0; k <= manifest.cost_calibration.repeats; ++k) {  // the first warms the session
       const auto start = Clock::now();
-      denoise(*backend, manifest, layout, one_step, rows, std::nullopt, LoopSettings{}, &clock, cache_spec);
+      call.run();
+      if (!confidence.is_log) log_in_place(conf.data(), conf.size());
       if (k) fastest = std::min(fastest, since(start));
     }
     sizes.emplace_back(b, p + g);
@@ -158,34 +199,33 @@ void Pipeline::Impl::calibrate_costs() {
   cost = std::make_unique<CostModel>(CostModel::fit(sizes, seconds));
 }
 
-void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requests, std::vector<Prepared>& rows,
-                         const std::string& policy, std::vector<Result>& results) {
+GroupRun Pipeline::Impl::start_group(const Key& key, const std::vector<Request>& requests,
+                                     const std::vector<Prepared>& rows) {
+  // step zero batched, boundary (L*), schedule, each row's prefix (its end tail ahead of its prompt), settings and
+  // cache policy (SeerPipeline.start_group); no slot reserved yet (the loop reserves it)
   const SpecialTokens& special = manifest.special;
   const int64_t n = key.gen.gen_length, count = static_cast<int64_t>(rows.size());
   const size_t row_bytes = manifest.hidden_size * element_size(manifest.precision);
-  Timings clock;
-  std::atomic<int64_t> graph_ns{0};
+  GroupRun run;
   std::vector<Prompt> prompts;
-  std::vector<int64_t> lengths;
-  for (const auto& r : rows) prompts.push_back({r.prompt.embeds.data(), r.prompt.length}), lengths.push_back(r.prompt.length);
+  for (const auto& r : rows) prompts.push_back({r.prompt.embeds.data(), r.prompt.length});
   std::vector<int64_t> kept(count, n);
   if (key.mode == 2)
-    for (int64_t i = 0; i < count; ++i) kept[i] = *requests[rows[i].index]->window;
+    for (int64_t i = 0; i < count; ++i) kept[i] = *requests[rows[i].index].window;
+  const Decoding decoding = choose(key.gen, manifest);
   StepZeroOut zero;
   if (key.mode == 0) {
+    std::atomic<int64_t> graph_ns{0};
     auto t0 = Clock::now();
     zero = run_step_zero(*backend, manifest, prompts, n, &graph_ns, cache_spec);
-    clock.step_zero = since(t0);
+    run.clock.step_zero = since(t0);
     t0 = Clock::now();
     kept = detect(zero.profile, count, n, manifest.seer);
-    clock.boundary = since(t0);
+    run.clock.boundary = since(t0);
+    run.step_zero_ns = graph_ns.load();
   }
-  if (policy == "cost_model" && count > 1) {
-    std::lock_guard<std::mutex> lock(cost_mutex);
-    if (!cost) calibrate_costs();
-  }
-  auto t0 = Clock::now();
-  const Schedule schedule = plan_schedule(key.gen, kept);
+  const auto t0 = Clock::now();
+  const Schedule schedule = plan_schedule(key.gen, kept, *decoding.counts);
   // Seer's end tail (SeerPipeline.tails): ceil(tail * (N - L*)) committed end tokens after each cut row's window,
   // none for a row kept whole (the padded loop), no more than the largest prompt bucket leaves room for
   if (manifest.seer.tail > 0) {
@@ -194,68 +234,39 @@ void Pipeline::Impl::run(const Key& key, const std::vector<const Request*>& requ
       const int64_t room = std::max<int64_t>(manifest.buckets.prompt.back() - prompts[i].length, 0);
       prompts[i].tail = std::clamp<int64_t>(want, 0, room);
       prompts[i].tail_embed = tail_embed.data();
-      lengths[i] += prompts[i].tail;
     }
   }
-  const DispatchPlan plan = plan_dispatch(lengths, kept, schedule.steps, manifest.buckets, policy, options.tau_pad,
-                                          options.short_rows, cost.get());
-  clock.dispatch = since(t0);
-  t0 = Clock::now();
-  std::vector<int64_t> tokens(count * n, special.mask_id), used(count, 0), refreshes(count, 0);
-  for (const Group& group : plan.groups) {
-    std::vector<Prompt> members;
-    std::vector<int64_t> member_kept;
-    for (int64_t r : group.rows) members.push_back(prompts[r]), member_kept.push_back(kept[r]);
-    const auto t1 = Clock::now();
-    Layout layout = group.path == "packed"
-                        ? packed_layout(members, member_kept, row_bytes)
-                        : padded_layout(members, member_kept, group.prompt_len, group.gen_len, row_bytes);
-    clock.packing += since(t1);
-    std::optional<StepZeroPrediction> step0;
-    std::vector<int64_t> x0;
-    std::vector<float> confidence;
-    const Decoding decoding = choose(key.gen, manifest);
-    if (!zero.x0.empty() && decoding.step_zero_predicts()) {  // the full-depth step zero's prediction of the group's rows
-      for (int64_t r : group.rows) {
-        x0.insert(x0.end(), zero.x0.begin() + r * n, zero.x0.begin() + (r + 1) * n);
-        confidence.insert(confidence.end(), zero.confidence.begin() + r * n, zero.confidence.begin() + (r + 1) * n);
-      }
-      step0 = StepZeroPrediction{x0.data(), confidence.data(), n};
+  const auto settings = std::make_shared<const RowSettings>(RowSettings{
+      decoding, key.early_stop ? std::optional<int64_t>(special.eot_id) : std::nullopt, key.cache,
+      key.gen.block_length});
+  const bool step0 = !zero.x0.empty() && decoding.step_zero_predicts();
+  const size_t total = static_cast<size_t>(schedule.num_steps);
+  for (int64_t i = 0; i < count; ++i) {  // once per request
+    const size_t from = i * total, steps = static_cast<size_t>(schedule.steps[i]);
+    std::vector<float> fraction;
+    if (!schedule.fraction.empty())
+      fraction.assign(schedule.fraction.begin() + from, schedule.fraction.begin() + from + steps);
+    auto row = std::make_unique<Row>(
+        settings, with_tail(prompts[i], kept[i], row_bytes),
+        std::vector<int64_t>(schedule.transfer.begin() + from, schedule.transfer.begin() + from + steps),
+        std::vector<int64_t>(schedule.block_end.begin() + from, schedule.block_end.begin() + from + steps),
+        std::move(fraction), kept[i], special.mask_id);
+    if (step0) {  // the full-depth step zero's prediction of the row's window
+      row->step0_x0.assign(zero.x0.begin() + i * n, zero.x0.begin() + i * n + kept[i]);
+      row->step0_confidence.assign(zero.confidence.begin() + i * n, zero.confidence.begin() + i * n + kept[i]);
     }
-    LoopSettings loop{decoding.rule, key.gen.block_length, std::nullopt, key.cache, cost.get(), decoding.score};
-    if (key.early_stop) loop.stop_id = special.eot_id;
-    const Denoised out = denoise(*backend, manifest, layout, schedule, group.rows, step0, loop, &graph_ns, cache_spec);
-    for (size_t i = 0; i < group.rows.size(); ++i) {
-      const int64_t r = group.rows[i];
-      std::copy(out.tokens.begin() + i * out.width, out.tokens.begin() + (i + 1) * out.width, tokens.begin() + r * n);
-      used[r] = out.steps[i];
-      refreshes[r] = out.refreshes[i];
-    }
+    run.rows.push_back(std::move(row));
   }
-  clock.denoise = since(t0) - clock.packing;
-  t0 = Clock::now();
-  std::vector<Result> out(count);
-  for (int64_t i = 0; i < count; ++i) {
-    Result& res = out[i];
-    res.window.assign(tokens.begin() + i * n, tokens.begin() + i * n + kept[i]);
-    auto eot = std::find(res.window.begin(), res.window.end(), special.eot_id);
-    res.token_ids.assign(res.window.begin(), eot);
-    if (std::string why = mask_in_answer(res.token_ids, special.mask_id); !why.empty()) {
-      res = Result{}, res.error = why;  // a broken export's "answer": this request fails, as in Python
-      continue;
-    }
-    res.text = detokenizer->decode(res.token_ids);
-    res.kept = kept[i], res.steps = used[i], res.gen_length = n, res.refreshes = refreshes[i];
-  }
-  clock.detokenize = since(t0);
-  const double group_graphs = graph_ns.load() * 1e-9;
-  for (int64_t i = 0; i < count; ++i) {
-    Result& res = out[i];
-    res.seconds = clock;
-    res.seconds.preprocess = rows[i].seconds;
-    res.seconds.graphs = group_graphs + rows[i].graph_ns * 1e-9;
-    results[rows[i].index] = std::move(res);
-  }
+  run.clock.dispatch = since(t0);
+  return run;
+}
+
+std::string Pipeline::Impl::too_large(const Row& row) const {
+  const int64_t snapshots = row.cache.config.snapshots();
+  return "this request's prompt K/V takes " + std::to_string(pool->slot_bytes(row.prefix.size(), snapshots)) +
+         " bytes (" + std::to_string(row.prefix.size()) + " positions x " + std::to_string(snapshots) +
+         " snapshot(s)) and the K/V pool's budget is " + std::to_string(pool->budget()) + " bytes, " +
+         std::to_string(pool->used()) + " of them held; raise the budget (kv_budget) or send cache none";
 }
 
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -302,10 +313,17 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
     }
   }
   impl->cache_spec = cache_spec(m.graph("denoise"));
+  if (options.kv_budget < -1)
+    throw config_error("K/V budget " + std::to_string(options.kv_budget) +
+                       ": expected a whole number of bytes >= 0 (-1: a quarter of the machine's memory)");
   impl->cache = CacheConfig{options.cache, options.refresh_interval, options.forecast_order};
   impl->cache.validate();
   check_cache(impl->cache, impl->cache_spec);
   impl->backend = std::make_unique<Backend>(folder, m, options, graphs);
+  if (impl->cache_spec.enabled) {
+    impl->pool = std::make_unique<KVPool>(KVGeometry::of(impl->cache_spec, m.graph("denoise").precision),
+                                          options.kv_budget < 0 ? default_kv_budget() : options.kv_budget);
+  }
   impl->detokenizer = std::make_unique<Detokenizer>(
       read_bounded(export_path(folder, m.tokenizer + "/tokenizer.json", "tokenizer", true), folder, "tokenizer",
                    MAX_TOKENIZER_BYTES));
@@ -317,37 +335,113 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
-std::vector<Result> Pipeline::generate(const std::vector<Request>& requests, const std::string& policy) {
-  Impl& im = *impl_;
-  const std::string chosen = policy.empty() ? im.options.policy : policy;
-  check_policy(chosen);
-  std::vector<Result> results(requests.size());
+std::vector<std::pair<Key, std::vector<Prepared>>> Pipeline::Impl::plan(const std::vector<Request>& requests,
+                                                                       std::vector<Result>& results) {
   std::vector<std::pair<Key, std::vector<Prepared>>> groups;  // in the order of their first request
-  std::vector<const Request*> pointers;
-  for (const auto& r : requests) pointers.push_back(&r);
   for (size_t i = 0; i < requests.size(); ++i) {
     const Request& r = requests[i];
     const auto start = Clock::now();
     std::atomic<int64_t> graph_ns{0};
     try {
-      GenerationConfig gen = im.generation(r);
-      PromptEmbeds prompt = embed_prompt(*im.backend, im.manifest, r, &graph_ns);
-      Key key{gen, r.window ? 2 : r.seer ? 0 : 1, r.early_stop, im.cache_for(r)};
+      GenerationConfig gen = generation(r);
+      PromptEmbeds prompt = embed_prompt(*backend, manifest, r, &graph_ns);
+      Key key{gen, r.window ? 2 : r.seer ? 0 : 1, r.early_stop, cache_for(r)};
       auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
       if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
       it->second.push_back({i, std::move(prompt), since(start), graph_ns.load()});
     } catch (const Error& err) {
       results[i].error = err.what();
     } catch (const std::exception& err) {
-      results[i].error = std::string("this request could not be prepared (") + err.what() + "); the others are unaffected";
+      results[i].error =
+          std::string("this request could not be prepared (") + err.what() + "); the others are unaffected";
     }
   }
-  for (auto& [key, rows] : groups) {
-    try {
-      im.run(key, pointers, rows, chosen, results);
-    } catch (const std::exception& err) {  // a graph failed: this group's requests carry why
-      for (const auto& row : rows) results[row.index] = Result{}, results[row.index].error = err.what();
+  return groups;
+}
+
+void Pipeline::Impl::denoise(std::vector<GroupRun>& runs, const std::string& policy, std::atomic<int64_t>* clock) {
+  std::vector<Row*> waiting;  // every group's rows, in order
+  for (const auto& run : runs)
+    for (const auto& row : run.rows) waiting.push_back(row.get());
+  try {
+    Loop loop(LoopSettings{*backend, manifest, cache_spec, policy, options.tau_pad, options.short_rows, cost.get(),
+                           pool.get(), clock});
+    size_t next = 0;
+    while (next < waiting.size() || !loop.rows().empty()) {
+      next += loop.add(waiting, next);  // in order, as their K/V slots fit the pool
+      if (next < waiting.size() && loop.rows().empty()) {  // nothing will give a slot back: the head can never fit
+        waiting[next]->error = too_large(*waiting[next]);
+        ++next;
+      }
+      loop.step();
+      loop.retire();
     }
+  } catch (const std::exception& err) {  // a graph failed mid-loop: the rows that stepped with it carry why
+    for (auto& run : runs)
+      if (run.error.empty()) run.error = err.what();
+  }
+}
+
+std::vector<Result> Pipeline::Impl::answers(GroupRun& run, const Key& key, const std::vector<Prepared>& rows,
+                                            int64_t loop_ns) const {
+  const auto t0 = Clock::now();
+  std::vector<Result> out(rows.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    Result& res = out[i];
+    const std::string& error = run.error.empty() ? run.rows[i]->error : run.error;
+    if (!error.empty()) {
+      res.error = error;
+      continue;
+    }
+    const Row& row = *run.rows[i];
+    res.window = row.x;
+    res.token_ids.assign(res.window.begin(), std::find(res.window.begin(), res.window.end(), manifest.special.eot_id));
+    if (std::string why = mask_in_answer(res.token_ids, manifest.special.mask_id); !why.empty()) {
+      res = Result{}, res.error = why;  // a broken export's "answer": this request fails, as in Python
+      continue;
+    }
+    res.text = detokenizer->decode(res.token_ids);
+    res.kept = row.kept(), res.steps = row.used, res.gen_length = key.gen.gen_length, res.refreshes = row.refreshes;
+  }
+  run.clock.detokenize = since(t0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].ok()) continue;
+    out[i].seconds = run.clock;
+    out[i].seconds.preprocess = rows[i].seconds;
+    out[i].seconds.graphs = (run.step_zero_ns + loop_ns + rows[i].graph_ns) * 1e-9;
+  }
+  return out;
+}
+
+std::vector<Result> Pipeline::generate(const std::vector<Request>& requests, const std::string& policy) {
+  Impl& im = *impl_;
+  const std::string chosen = policy.empty() ? im.options.policy : policy;
+  check_policy(chosen);
+  std::vector<Result> results(requests.size());
+  auto groups = im.plan(requests, results);
+  size_t rows = 0;
+  for (const auto& g : groups) rows += g.second.size();
+  if (chosen == "cost_model" && rows > 1) {  // rows of any groups share calls: the step costs come first
+    std::lock_guard<std::mutex> lock(im.cost_mutex);
+    if (!im.cost) im.calibrate_costs();
+  }
+  std::vector<GroupRun> runs(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    try {
+      runs[g] = im.start_group(groups[g].first, requests, groups[g].second);
+    } catch (const std::exception& err) {  // a graph failed: this group's requests carry why
+      runs[g] = GroupRun{};
+      runs[g].error = err.what();
+    }
+  }
+  std::atomic<int64_t> loop_ns{0};
+  const auto t0 = Clock::now();
+  im.denoise(runs, chosen, &loop_ns);  // every group's rows in one loop to the end
+  const double denoise_s = since(t0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    runs[g].clock.denoise = denoise_s;
+    std::vector<Result> out = im.answers(runs[g], groups[g].first, groups[g].second, loop_ns.load());
+    for (size_t i = 0; i < out.size(); ++i) results[groups[g].second[i].index] = std::move(out[i]);
   }
   return results;
 }

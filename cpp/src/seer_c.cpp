@@ -78,12 +78,13 @@ seer_pipeline* seer_open(const char* folder, const char* const* keys, const char
       else if (k == "short") o.short_rows = static_cast<int>(whole(k, v));
       else if (k == "share_weights") o.share_weights = whole(k, v) != 0;
       else if (k == "cache") o.cache = v;
+      else if (k == "kv_budget") o.kv_budget = whole(k, v);
       else if (k == "refresh_interval") o.refresh_interval = whole(k, v);
       else if (k == "forecast_order") o.forecast_order = whole(k, v);
       else
         throw seer::Error(seer::Error::Kind::Config, "unknown option '" + k + "'; expected ort_library, provider, "
                                                      "device_id, threads, policy, tau_pad, short, share_weights, "
-                                                     "cache, refresh_interval, forecast_order");
+                                                     "cache, refresh_interval, forecast_order, kv_budget");
     }
     return new seer_pipeline{seer::Pipeline::open(folder, o)};
   } catch (const std::exception& err) {

@@ -7,8 +7,8 @@
 //      answer text where the export's tokenizer decoder is one this library reads (word-level, byte-level).
 //
 //     prompt ids, tiles ─► embed / vision graphs ─► step zero ─► boundary ─► truncation + step budget
-//     ─► dispatch (static / packed / eager groups) ─► greedy denoising loop (fixed, threshold or factor rule)
-//     ─► answer ids
+//     ─► one greedy denoising loop over every row (each step's calls split by the dispatch policy: static /
+//        packed / eager; fixed, threshold or factor rule; the prompt K/V cache) ─► answer ids
 //
 // ONNX Runtime is loaded with dlopen at run time (Options::ort_library), so a service picks its ORT build
 // (CPU, CUDA, TensorRT EP) without relinking. A Pipeline may be used from several threads at once.
@@ -49,6 +49,9 @@ struct Options {
   std::string cache = "reuse";   // none (every step computes the prompt: the exact loop) | reuse | forecast
   int64_t refresh_interval = 8;  // reuse / forecast: steps between prompt computations (and one at each block)
   int64_t forecast_order = 1;    // forecast: Lagrange order, 1 or 2
+  // bytes the prompt K/V pool may hold (the rows' snapshots and the loop's call buffers): a request joins the loop
+  // when its slot fits; -1: a quarter of the machine's memory (seer_trt.runtime.kv_cache.default_kv_budget)
+  int64_t kv_budget = -1;
 };
 
 // The decoding rules a request or an export may name: how many positions a denoising step commits.

@@ -8,7 +8,8 @@
  *
  * Options are key/value strings: ort_library, provider (cpu | cuda | tensorrt), device_id, threads, policy,
  * tau_pad, short, share_weights (0 | 1), cache (none | reuse | forecast; default reuse), refresh_interval (default 8),
- * forecast_order. A zero-initialised seer_request takes the export's defaults with Seer on.
+ * forecast_order, kv_budget (bytes of the prompt K/V pool; default a quarter of the machine's memory).
+ * A zero-initialised seer_request takes the export's defaults with Seer on.
  * A pipeline may be used from several threads at once. */
 #ifndef SEER_C_H
 #define SEER_C_H
