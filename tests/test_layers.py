@@ -32,9 +32,7 @@ WALK = [
     "step_zero",
     "boundary",
     "schedule",
-    "dispatch",
-    "layout",
-    "denoise",
+    "denoise",  # at every step: dispatch (its rows' split into calls), layout (each call's), kv_cache
     "detokenize",
 ]
 
@@ -139,7 +137,7 @@ def test_one_request_walks_the_stages_one_way(fixture_export):
     assert stops == WALK
     assert walker.returns(stops) == []
     # the stages' own tools are later stages' helpers, never an earlier stage's
-    order = {s: i for i, s in enumerate(WALK + ["kv_cache"])}
+    order = {s: i for i, s in enumerate(WALK + ["dispatch", "layout", "kv_cache"])}
     for edge in tools:
         caller, callee = edge.split(" -> ")
         assert order[callee.split(".")[0]] > order[caller], edge

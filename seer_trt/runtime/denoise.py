@@ -49,7 +49,7 @@ from seer_trt.contracts.profiles import LengthBuckets
 from seer_trt.runtime.decoding import Decoding
 from seer_trt.runtime.dispatch import Group, plan_cached, plan_dispatch
 from seer_trt.runtime.kv_cache import CallBuffers, KVPool, RowCache, no_cache
-from seer_trt.runtime.layout import Layout, rows_cached, rows_packed, rows_padded
+from seer_trt.runtime.layout import Layout, rows_cached, rows_packed, rows_padded, with_tails
 
 if TYPE_CHECKING:
     from seer_trt.runtime.dispatch import CostModel
@@ -145,6 +145,15 @@ class LoopSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class LoopStats:
+    """How a loop's rows stepped (``Loop.stats``)."""
+
+    steps: int  # loop steps
+    calls: int  # window-graph calls
+    rows_per_call: float  # rows a call served, on average
+
+
+@dataclasses.dataclass(frozen=True)
 class CallRecord:
     """One window-graph call of a step, as ``Loop.on_call`` reports it."""
 
@@ -177,6 +186,7 @@ class Loop:
         self._layout_bytes = 0
         self.steps = 0  # steps taken (with at least one live row)
         self.calls = 0  # window-graph calls made
+        self.rows_served = 0  # rows those calls served
         self.on_call: Callable[[CallRecord], None] | None = None  # told of every window-graph call (metrics, bench)
         self.step_calls: list[int] = []  # window-graph calls of each of the latest steps (a bounded window)
         self.step_rows: list[int] = []  # live rows of each of the latest steps
@@ -343,9 +353,13 @@ class Loop:
             self._layout_bytes -= _nbytes(dropped)
         return layout
 
+    def stats(self) -> LoopStats:
+        return LoopStats(self.steps, self.calls, self.rows_served / self.calls if self.calls else 0.0)
+
     def _record(self, graph: str, kind: str, layout: Layout, rows: int, past: int, history: int,
                 stored: int) -> None:  # fmt: skip
         self.calls += 1
+        self.rows_served += rows
         if self.on_call is not None:
             b, g = layout.gen_shape
             self.on_call(CallRecord(graph, kind, rows, b, int(layout.prefix_embeds.shape[1]), g, past, history,
@@ -436,19 +450,27 @@ class Denoised:
 def make_rows(prompts: list[np.ndarray], schedule, decoding: Decoding, mask_id: int, cached: bool,
               stop_id: int | None = None, cache: CacheConfig = EXACT, block_length: int | None = None,
               seeds: np.ndarray | None = None, top_p: np.ndarray | None = None,
-              step0: tuple[np.ndarray, np.ndarray] | None = None) -> list[Row]:  # fmt: skip
-    """Rows of prompts [P_i, D] (no end tail) with a ``Schedule`` (``plan_schedule``) and one decoding: what
-    ``SeerPipeline.start_group`` makes from a group, for a loop driven without a pipeline (tests, tools)."""
+              step0: tuple[np.ndarray, np.ndarray] | None = None, tails: np.ndarray | None = None,
+              tail_embed: np.ndarray | None = None) -> list[Row]:  # fmt: skip
+    """The rows of a group of prompts [P_i, D] with their ``Schedule`` (``plan_schedule``) and one decoding, each
+    prefix the row's end tail (``tails``: ``tails[i]`` x ``tail_embed``) ahead of its prompt (``layout.with_tails``).
+
+    Args:
+        cached: the decoding's window graph takes the prompt K/V cache.
+        block_length: the blocks of the threshold and factor rules (None: each row's whole window).
+        step0: ([R, >= L*] x0, log-confidence) of a full-depth step zero, its step 0's prediction.
+    """
     n = len(prompts)
     seeds = np.zeros(n, dtype=np.int64) if seeds is None else seeds
     top_p = np.ones(n) if top_p is None else top_p
+    prefixes, positions, lengths = with_tails(prompts, schedule.kept, tails, tail_embed)
     rows = []
-    for i, p in enumerate(prompts):
+    for i in range(n):  # once per request
         k, steps = int(schedule.kept[i]), int(schedule.steps[i])
         settings = RowSettings(decoding, int(seeds[i]), float(top_p[i]), stop_id, cache,
                                k if block_length is None else block_length)  # fmt: skip
         fraction = None if schedule.fraction is None else schedule.fraction[i, :steps]
-        rows.append(Row(settings, p, np.arange(len(p), dtype=np.int64), len(p), schedule.transfer[i, :steps],
+        rows.append(Row(settings, prefixes[i], positions[i], int(lengths[i]), schedule.transfer[i, :steps],
                         schedule.block_end[i, :steps], fraction, np.full(k, mask_id, dtype=np.int64),
                         RowCache(cache, cached), None if step0 is None else (step0[0][i, :k], step0[1][i, :k])))  # fmt: skip
     return rows

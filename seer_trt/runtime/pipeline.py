@@ -7,11 +7,11 @@ Out: one ``Result`` per request: text, answer ids, L*, steps, per-stage seconds 
 A call plans first, then executes the plan; each stage takes what the one before returned:
 
     plan:    request ─► prompt (ids) ─► image (tiles + layout) ─► embed (PromptEmbeds) ─► groups by settings
-    execute: step_zero ─► boundary (L*) ─► schedule ─► dispatch (DispatchPlan) ─► layout ─► denoise (kv_cache)
-             ─► detokenize, per group of the plan
+    execute: per group step_zero ─► boundary (L*) ─► schedule ─► its rows; every group's rows in one loop ─►
+             denoise (each step: dispatch, layout, kv_cache) ─► detokenize
 
-Requests with the same generation settings are batched: one step-zero pass for all of them, then their
-windows, cut to each row's L*, are grouped and run as the dispatch policy decides. A request whose input is
+Requests with the same generation settings share one step-zero pass; then every row, whatever its settings, steps
+in the one loop, each step's live rows split into graph calls as the dispatch policy decides. A request whose input is
 bad (empty prompt, unreadable image, prompt past the largest bucket) gets its error in its result and the others
 complete. The ``cost_model`` policy's step costs are measured once, as a step of their own between planning and
 execution (or at open). A pipeline may be called from several threads at once: the backend's sessions are
@@ -39,17 +39,16 @@ from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConf
 from seer_trt.runtime import costs
 from seer_trt.runtime.boundary import detect
 from seer_trt.runtime.decoding import Decoding, choose
-from seer_trt.runtime.denoise import Loop, LoopSettings, Row, RowSettings
+from seer_trt.runtime.denoise import Loop, LoopSettings, LoopStats, Row, make_rows
 from seer_trt.runtime.detokenize import MaskAnswerError, answer
 from seer_trt.runtime.dispatch import CostModel
 from seer_trt.runtime.embed import Embedder, PromptEmbeds
 from seer_trt.runtime.image import Image, ImageLimits, prepare_image
-from seer_trt.runtime.kv_cache import KVPool, RowCache, cache_layout, default_kv_budget
-from seer_trt.runtime.layout import with_tails
+from seer_trt.runtime.kv_cache import KVPool, cache_layout, default_kv_budget
 from seer_trt.runtime.prompt import PromptFormat
 from seer_trt.runtime.request import GENERATION_FIELDS, Request, Result, check_settings
 from seer_trt.runtime.schedule import plan_schedule
-from seer_trt.runtime.step_zero import step_zero_rows
+from seer_trt.runtime.step_zero import check_seer, step_zero_rows
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize")
 Mode = str  # "seer": step zero and the boundary rule; "full": the padded loop; "window": cut, no step zero
@@ -117,19 +116,6 @@ class BatchOutput:
     kv_errors: tuple[tuple[float, float | None], ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class LoopStats:
-    """How a call's rows stepped through the one loop."""
-
-    steps: int  # loop steps
-    calls: int  # window-graph calls
-    rows_per_call: float  # rows a call served, on average
-
-    @classmethod
-    def of(cls, loop: Loop, rows_served: int) -> LoopStats:
-        return cls(loop.steps, loop.calls, rows_served / loop.calls if loop.calls else 0.0)
-
-
 @dataclasses.dataclass(eq=False)
 class GroupRun:
     """A group started (``SeerPipeline.start_group``): its rows, each ready for the loop, and the stages' seconds."""
@@ -181,10 +167,13 @@ class SeerPipeline:
         self.tau_pad = tau_pad
         self.short = short
         self.cost = cost
-        self.kv_budget = kv_budget
         self._cost_lock = threading.Lock()
-        self._pool: KVPool | None = None
         self._tail_embed: np.ndarray | None = None
+        spec = next((backend.spec(g) for g in CACHED_GRAPHS if g in manifest.graphs), None)
+        self._pool = None  # the rows' prompt K/V slots in the backend's memory (an export before 2.1 has no cache)
+        if spec is not None and cache_layout(spec) is not None:
+            budget = kv_budget if kv_budget is not None else default_kv_budget(backend.memory)
+            self._pool = KVPool(backend.memory, spec, budget)
 
     @classmethod
     def from_manifest(cls, folder: str | Path, backend: str = "onnxruntime", provider: str = "cpu",
@@ -405,17 +394,11 @@ class SeerPipeline:
         results: list[Result | None] = [None] * plan.size
         for i, (error, kind) in plan.failed.items():
             results[i] = Result.failed(error, kind)
+        runs = [self.start_group(group) for group in plan.groups]  # step zero, L*, schedule, the rows
+        waiting = [row for run in runs for row in run.rows]
         loop = self.loop(plan.policy)
-        served = [0]
-        loop.on_call = lambda call: served.__setitem__(0, served[0] + call.rows)
-        runs: list[GroupRun] = []
+        t0 = time.perf_counter()
         try:
-            waiting: list[Row] = []
-            for group in plan.groups:
-                run = self.start_group(group)
-                runs.append(run)
-                waiting += run.rows
-            t0 = time.perf_counter()
             while waiting or loop.rows:
                 waiting = waiting[loop.add(waiting) :]  # in order, as their K/V slots fit the pool
                 if waiting and not loop.rows:  # nothing will give a slot back: the head can never fit
@@ -423,17 +406,17 @@ class SeerPipeline:
                     waiting = waiting[1:]
                 loop.step()
                 loop.retire()
-            denoise_s = time.perf_counter() - t0
-            errors = []
-            for run in runs:
-                run.clock["denoise"] = denoise_s
-                errors += [e for r in run.rows for e in r.cache.errors]
-                for i, prep, result in zip(run.group.rows, run.group.prepare_s, self.results(run), strict=True):
-                    results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds}) \
-                        if result.ok else result  # fmt: skip
         finally:
             loop.close()
-        return BatchOutput(tuple(results), LoopStats.of(loop, served[0]), tuple(errors))
+        denoise_s, stats = time.perf_counter() - t0, loop.stats()
+        errors = []
+        for run in runs:
+            run.clock["denoise"] = denoise_s
+            errors += [e for r in run.rows for e in r.cache.errors]
+            for i, prep, result in zip(run.group.rows, run.group.prepare_s, self.results(run), strict=True):
+                results[i] = dataclasses.replace(result, seconds={"preprocess": prep, **result.seconds}) \
+                    if result.ok else result  # fmt: skip
+        return BatchOutput(tuple(results), stats, tuple(errors))
 
     def loop(self, policy: str | None = None) -> Loop:
         """A loop over this pipeline's backend (``generate`` makes one per call; the engine one for its life)."""
@@ -442,15 +425,8 @@ class SeerPipeline:
                                  self.short, self.cost, self.kv_pool(), self.manifest.model.logit_shift))  # fmt: skip
 
     def kv_pool(self) -> KVPool | None:
-        """The rows' prompt K/V slots in the backend's memory (made once; None when no window graph takes a cache)."""
-        with self._cost_lock:
-            if self._pool is None:
-                spec = next((self.backend.spec(g) for g in CACHED_GRAPHS if g in self.manifest.graphs), None)
-                if spec is None or cache_layout(spec) is None:
-                    return None
-                budget = self.kv_budget if self.kv_budget is not None else default_kv_budget(self.backend.memory)
-                self._pool = KVPool(self.backend.memory, spec, budget)
-            return self._pool
+        """The rows' prompt K/V slots in the backend's memory (None when no window graph takes a cache)."""
+        return self._pool
 
     def too_large(self, row: Row) -> str:
         """Why ``row`` can never be admitted: its prompt K/V is larger than what the pool's budget leaves."""
@@ -481,19 +457,9 @@ class SeerPipeline:
         t0 = time.perf_counter()
         schedule = plan_schedule(gen, kept, decoding.counts)
         tails = self.tails(kept, n, [len(e) for e in embeds])
-        prefixes, positions, lengths = with_tails(embeds, kept, tails, self.tail_embed() if tails.any() else None)
-        cached = has_cache(self.backend.spec(decoding.graph))
-        stop_id = special.eot_id if group.early_stop else None
-        rows = []
-        for i in range(rows_n):  # once per request
-            k, steps = int(kept[i]), int(schedule.steps[i])
-            settings = RowSettings(decoding, int(group.seeds[i]), float(group.top_p[i]), stop_id, group.cache,
-                                   gen.block_length)  # fmt: skip
-            fraction = None if schedule.fraction is None else schedule.fraction[i, :steps]
-            rows.append(Row(settings, prefixes[i], positions[i], int(lengths[i]), schedule.transfer[i, :steps],
-                            schedule.block_end[i, :steps], fraction, np.full(k, special.mask_id, dtype=np.int64),
-                            RowCache(group.cache, cached),
-                            None if step0 is None else (step0[0][i, :k], step0[1][i, :k])))  # fmt: skip
+        rows = make_rows(embeds, schedule, decoding, special.mask_id, has_cache(self.backend.spec(decoding.graph)),
+                         special.eot_id if group.early_stop else None, group.cache, gen.block_length, group.seeds,
+                         group.top_p, step0, tails, self.tail_embed() if tails.any() else None)  # fmt: skip
         clock["dispatch"] = time.perf_counter() - t0
         return GroupRun(group, rows, clock)
 
@@ -534,29 +500,3 @@ class SeerPipeline:
 
     def close(self) -> None:
         self.backend.close()
-
-
-def check_seer(seer: SeerConfig, manifest: Manifest) -> SeerConfig:
-    """``seer`` if the export can run it: the end-token signal always (``denoise`` returns ``p_end``); an MLP
-    statistic or a probe only as the export's ``step_zero`` graph computes it (the layer, statistic and probe
-    are baked into the graph; the detector's settings are not).
-
-    Raises:
-        ConfigError: the signal differs from what the export's step_zero graph computes.
-    """
-    if seer.full_depth:
-        return seer
-    baked = manifest.seer
-    fields = ["probe_layer", "statistic", "tau_abs"]
-    if seer.signal == "probe":
-        fields += ["signal", "probe_weights", "probe_bias"]
-    differ = [f for f in fields if getattr(seer, f) != getattr(baked, f)]
-    if "step_zero" not in manifest.graphs or differ:
-        computes = f"the {baked.statistic} statistic at layer {baked.probe_layer}"
-        computes += " and its probe" if baked.signal == "probe" else ""
-        raise ConfigError(
-            f"this export's step_zero graph computes {computes}; the detector {seer.name} differs in "
-            f"{differ or ['graphs: no step_zero']}: use the end-token signal (any export), or re-export with that "
-            f"calibration"
-        )
-    return seer

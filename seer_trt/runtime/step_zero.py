@@ -8,6 +8,7 @@ An MLP statistic or a probe at layer k runs the early-exit ``step_zero`` graph (
 denoising loop then runs step 0 on the truncated window. The end-token signal (``SeerConfig.full_depth``, the
 labelled fallback) runs the one window graph ``denoise`` over the all-mask window: its ``p_end`` is the profile
 and its ``x0`` / ``confidence`` over the kept positions are step 0's, so that pass is not paid twice.
+``check_seer`` says whether an export's step-zero graph computes the signal a detector reads.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 
 from seer_trt.contracts.backend import Backend
 from seer_trt.contracts.config import SeerConfig
+from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.graphs import log_confidence, step_outputs
+from seer_trt.contracts.manifest import Manifest
 from seer_trt.runtime.kv_cache import no_cache
 from seer_trt.runtime.layout import left_pad, window_layout
 
@@ -71,3 +74,29 @@ def step_zero_rows(backend: Backend, embeds: list[np.ndarray], n: int, seer: See
         parts.append(run_step_zero(backend, prefix, valid, n, seer))
     join = lambda xs: None if xs[0] is None else np.concatenate(xs)  # noqa: E731
     return StepZeroOut(*(join([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(StepZeroOut)))
+
+
+def check_seer(seer: SeerConfig, manifest: Manifest) -> SeerConfig:
+    """``seer`` if the export can run it: the end-token signal always (``denoise`` returns ``p_end``); an MLP
+    statistic or a probe only as the export's ``step_zero`` graph computes it (the layer, statistic and probe
+    are baked into the graph; the detector's settings are not).
+
+    Raises:
+        ConfigError: the signal differs from what the export's step_zero graph computes.
+    """
+    if seer.full_depth:
+        return seer
+    baked = manifest.seer
+    fields = ["probe_layer", "statistic", "tau_abs"]
+    if seer.signal == "probe":
+        fields += ["signal", "probe_weights", "probe_bias"]
+    differ = [f for f in fields if getattr(seer, f) != getattr(baked, f)]
+    if "step_zero" not in manifest.graphs or differ:
+        computes = f"the {baked.statistic} statistic at layer {baked.probe_layer}"
+        computes += " and its probe" if baked.signal == "probe" else ""
+        raise ConfigError(
+            f"this export's step_zero graph computes {computes}; the detector {seer.name} differs in "
+            f"{differ or ['graphs: no step_zero']}: use the end-token signal (any export), or re-export with that "
+            f"calibration"
+        )
+    return seer
