@@ -80,7 +80,7 @@ class HostMemory:
 
     def zeros(self, shape: tuple[int, ...], dtype) -> DeviceArray:
         array = np.zeros(shape, dtype=dtype)
-        return DeviceArray("cpu", array.ctypes.data, tuple(array.shape), array.dtype, array)
+        return DeviceArray("cpu", array.ctypes.data, tuple(array.shape), array.dtype, array, array)
 
     def copy_columns(self, dst: DeviceArray, dst_col: int, src: DeviceArray, src_col: int, count: int) -> int:
         d, s = host_view(dst), host_view(src)
@@ -110,6 +110,8 @@ class HostMemory:
 
 def host_view(array: DeviceArray) -> np.ndarray:
     """The numpy view of a host ``DeviceArray`` (a block of its owner's memory)."""
+    if array.host is not None:
+        return array.host
     owner = array.owner
     offset = array.ptr - owner.ctypes.data
     flat = owner.reshape(-1).view(np.uint8)

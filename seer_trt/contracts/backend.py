@@ -58,6 +58,7 @@ class DeviceArray:
     shape: tuple[int, ...]
     dtype: np.dtype
     owner: Any  # what keeps the memory alive (a numpy array on the host; the allocation under CUDA)
+    host: np.ndarray | None = None  # in host memory: the numpy view of these elements (None on a device)
 
     @property
     def nbytes(self) -> int:
@@ -71,19 +72,22 @@ class DeviceArray:
             if not 0 <= i < self.shape[axis]:
                 raise IndexError(f"index {i} out of range for axis {axis} of {self.shape}")
             offset += i * stride
-        return DeviceArray(self.device, self.ptr + offset, self.shape[len(lead) :], self.dtype, self.owner)
+        host = None if self.host is None else self.host[lead]
+        return DeviceArray(self.device, self.ptr + offset, self.shape[len(lead) :], self.dtype, self.owner, host)
 
     def reshape(self, *shape: int) -> DeviceArray:
         """The same memory under another shape of as many elements."""
         if math.prod(shape) != math.prod(self.shape):
             raise ValueError(f"cannot view {self.shape} as {shape}")
-        return DeviceArray(self.device, self.ptr, tuple(shape), self.dtype, self.owner)
+        host = None if self.host is None else self.host.reshape(shape)
+        return DeviceArray(self.device, self.ptr, tuple(shape), self.dtype, self.owner, host)
 
     def first(self, count: int) -> DeviceArray:
         """The first ``count`` entries of axis 0 (contiguous): a call's rows of a buffer sized for more."""
         if not 0 <= count <= self.shape[0]:
             raise IndexError(f"{count} entries of an axis of {self.shape[0]}")
-        return DeviceArray(self.device, self.ptr, (count, *self.shape[1:]), self.dtype, self.owner)
+        host = None if self.host is None else self.host[:count]
+        return DeviceArray(self.device, self.ptr, (count, *self.shape[1:]), self.dtype, self.owner, host)
 
 
 class DeviceMemory(Protocol):

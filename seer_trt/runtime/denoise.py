@@ -176,11 +176,17 @@ class Loop:
     SPLITS_KEPT = 256  # splits of a class's rows into calls, memoised by the rows (a step's rarely change)
     LAYOUT_BYTES = 64 * 2**20  # call layouts memoised by their rows, least recently used out past this many bytes
 
-    def __init__(self, settings: LoopSettings) -> None:
+    def __init__(self, settings: LoopSettings, buffers: CallBuffers | None = None) -> None:
+        """
+        Args:
+            buffers: the call buffers to use (a pipeline keeps one set per thread across its ``generate`` calls, so
+                a call allocates none); None: a set of its own, given back at ``close``.
+        """
         self.s = settings
         self.rows: list[Row] = []
         pool = settings.pool
-        self.buffers = CallBuffers(pool, settings.buckets.batch[-1]) if pool is not None else None
+        self._own_buffers = buffers is None
+        self.buffers = buffers if buffers is not None or pool is None else CallBuffers(pool, settings.buckets.batch[-1])
         self._splits: OrderedDict[tuple, list[Group]] = OrderedDict()
         self._layouts: OrderedDict[tuple, Layout] = OrderedDict()
         self._layout_bytes = 0
@@ -238,10 +244,10 @@ class Loop:
         return done
 
     def close(self) -> None:
-        """Remove every row and give the call buffers back."""
+        """Remove every row and give its own call buffers back."""
         for row in list(self.rows):
             self.remove(row)
-        if self.buffers is not None:
+        if self.buffers is not None and self._own_buffers:
             self.buffers.close()
 
     # --- a step ------------------------------------------------------------------------------------------------

@@ -401,7 +401,7 @@ class Engine:
         """Started rows join the loop, in order, while their K/V slots fit the pool (admission by memory); a row
         that could never fit (larger than the budget leaves when nothing else is held) fails alone."""
         if self.loop is None:
-            self.loop = self.pipe.loop(self.policy)
+            self.loop = self.pipe.loop(self.policy, shared=False)
         seated = 0
         for admitted in self.waiting:
             if admitted.ticket.cancelled.is_set():

@@ -221,6 +221,11 @@ class Slot:
     nbytes: int
     id: int
     versions: list[int]  # per snapshot, bumped at each store: what a call buffer's entry is compared with
+    views: list[list[DeviceArray]] = dataclasses.field(default_factory=list)  # [snapshot][2 layer + j]: [H_kv, C, hd]
+
+    def __post_init__(self) -> None:
+        snapshots, layers = self.array.shape[:2]
+        self.views = [[self.array.block(s, i, j) for i in range(layers) for j in range(2)] for s in range(snapshots)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,6 +264,7 @@ class KVPool:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
             raise ConfigError(f"K/V budget {budget!r}: expected a whole number of bytes >= 0")
         self.memory, self.geometry, self.budget = memory, KVLayout.of(spec), budget
+        self.names = [n for i in range(self.geometry.layers) for n in present_names(i)]  # present.* in a slot's order
         self.used = 0  # bytes the slots hold
         self.slots = 0  # slots held
         self.buffer_bytes = 0  # bytes the loops' call buffers hold
@@ -310,10 +316,8 @@ class KVPool:
     def store(self, slot: Slot, index: int, present: dict[str, DeviceArray], entry: int, column: int) -> None:
         """Snapshot ``index`` of ``slot`` from a refresh's ``present.*`` (in a call buffer): batch entry ``entry``,
         ``slot.positions`` columns from ``column``, copied on the device."""
-        for i in range(self.geometry.layers):
-            for j, name in enumerate(present_names(i)):
-                self.memory.copy_columns(slot.array.block(index, i, j), 0, present[name].block(entry), column,
-                                         slot.positions)  # fmt: skip
+        for target, name in zip(slot.views[index], self.names, strict=True):
+            self.memory.copy_columns(target, 0, present[name].block(entry), column, slot.positions)
         slot.versions[index] += 1
 
     def read(self, slot: Slot, index: int) -> np.ndarray:
@@ -332,6 +336,12 @@ class _PastBuffer:
     array: DeviceArray
     rows: list[int | None]  # the row key each entry holds
     tags: dict[tuple[int, int], tuple[int, int, int]]  # (m, entry) -> (slot id, snapshot, version) copied there
+    views: list[DeviceArray] = dataclasses.field(default_factory=list)  # [2 layer + j]: [M, entries, H_kv, past, hd]
+    feeds: dict[int, dict[str, DeviceArray]] = dataclasses.field(default_factory=dict)  # a call's of B rows, by B
+
+    def __post_init__(self) -> None:
+        layers = self.array.shape[0]
+        self.views = [self.array.block(i, j) for i in range(layers) for j in range(2)]
 
 
 class CallBuffers:
@@ -352,6 +362,7 @@ class CallBuffers:
         self.past: dict[tuple[int, int, int, int], _PastBuffer] = {}
         self._taken: dict[tuple[int, int, int], int] = {}
         self.present: OrderedDict[tuple[int, int], DeviceArray] = OrderedDict()
+        self._present_views: dict[int, tuple[DeviceArray, dict[str, DeviceArray]]] = {}  # each buffer's outputs
 
     def _alloc(self, shape: tuple[int, ...]) -> DeviceArray:
         array = self.pool.memory.zeros(shape, self.pool.geometry.dtype)
@@ -368,10 +379,15 @@ class CallBuffers:
             self.present[key] = self._alloc((g.layers, 2, batch, g.kv_heads, prompt, g.head_dim))
             while len(self.present) > self.PRESENT_KEPT:
                 _, dropped = self.present.popitem(last=False)
+                self._present_views.pop(id(dropped), None)
                 self.pool.unclaim(dropped.nbytes)
         array = self.present[key]
-        return {name: array.block(i, j) for i in range(self.pool.geometry.layers)
-                for j, name in enumerate(present_names(i))}  # fmt: skip
+        views = self._present_views.get(id(array))
+        if views is None or views[0] is not array:
+            views = self._present_views[id(array)] = (array, {name: array.block(i, j)
+                                                              for i in range(self.pool.geometry.layers)
+                                                              for j, name in enumerate(present_names(i))})  # fmt: skip
+        return views[1]
 
     def begin_step(self) -> None:
         """A new step: its cached calls take the past buffers again from the first of each shape."""
@@ -420,20 +436,18 @@ class CallBuffers:
                 tag = (slot.id, index, slot.versions[index])
                 if buffer.tags.get((m, e)) == tag:
                     continue
-                for i in range(g.layers):
-                    for j in range(2):
-                        self.pool.memory.copy_columns(buffer.array.block(i, j, m, e), past - slot.positions,
-                                                      slot.array.block(index, i, j), 0, slot.positions)  # fmt: skip
+                for target, source in zip(buffer.views, slot.views[index], strict=True):
+                    self.pool.memory.copy_columns(target.block(m, e), past - slot.positions, source, 0, slot.positions)
                 buffer.tags[(m, e)] = tag
         for e in range(b, entries):  # entries past this call's rows name no row of it
             if buffer.rows[e] is not None and buffer.rows[e] in {row for row, _, _ in rows}:
                 buffer.rows[e] = None
                 for m in range(history):
                     buffer.tags.pop((m, e), None)
-        feeds = {}
-        for i in range(g.layers):
-            for j, name in enumerate(past_names(i)):
-                view = buffer.array.block(i, j)  # [M, entries, H_kv, past, hd]
+        feeds = buffer.feeds.get(b)
+        if feeds is None:
+            feeds = buffer.feeds[b] = {}
+            for view, name in zip(buffer.views, (n for i in range(g.layers) for n in past_names(i)), strict=True):
                 feeds[name] = view.block(0).first(b).reshape(1, b, *view.shape[2:]) if history == 1 else view
         return feeds
 
@@ -448,6 +462,7 @@ class CallBuffers:
 
     def close(self) -> None:
         """Give every buffer's bytes back to the pool."""
+        self._present_views.clear()
         for buffer in self.past.values():
             self.pool.unclaim(buffer.array.nbytes)
         for array in self.present.values():

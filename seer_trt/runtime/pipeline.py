@@ -44,7 +44,7 @@ from seer_trt.runtime.detokenize import MaskAnswerError, answer
 from seer_trt.runtime.dispatch import CostModel
 from seer_trt.runtime.embed import Embedder, PromptEmbeds
 from seer_trt.runtime.image import Image, ImageLimits, prepare_image
-from seer_trt.runtime.kv_cache import KVPool, cache_layout, default_kv_budget
+from seer_trt.runtime.kv_cache import CallBuffers, KVPool, cache_layout, default_kv_budget
 from seer_trt.runtime.prompt import PromptFormat
 from seer_trt.runtime.request import GENERATION_FIELDS, Request, Result, check_settings
 from seer_trt.runtime.schedule import plan_schedule
@@ -168,6 +168,7 @@ class SeerPipeline:
         self.short = short
         self.cost = cost
         self._cost_lock = threading.Lock()
+        self._local = threading.local()  # per thread: the call buffers its generate calls reuse
         self._tail_embed: np.ndarray | None = None
         spec = next((backend.spec(g) for g in CACHED_GRAPHS if g in manifest.graphs), None)
         self._pool = None  # the rows' prompt K/V slots in the backend's memory (an export before 2.1 has no cache)
@@ -418,11 +419,22 @@ class SeerPipeline:
                     if result.ok else result  # fmt: skip
         return BatchOutput(tuple(results), stats, tuple(errors))
 
-    def loop(self, policy: str | None = None) -> Loop:
-        """A loop over this pipeline's backend (``generate`` makes one per call; the engine one for its life)."""
+    def loop(self, policy: str | None = None, shared: bool = True) -> Loop:
+        """A loop over this pipeline's backend (``generate`` makes one per call; the engine one for its life).
+
+        Args:
+            shared: use this thread's call buffers, kept across calls (``generate``: a call allocates none); False:
+                buffers of the loop's own (the engine's loop, which lives as long as it does).
+        """
         special = self.manifest.special_tokens
-        return Loop(LoopSettings(self.backend, special.mask_id, self.buckets, policy or self.policy, self.tau_pad,
-                                 self.short, self.cost, self.kv_pool(), self.manifest.model.logit_shift))  # fmt: skip
+        settings = LoopSettings(self.backend, special.mask_id, self.buckets, policy or self.policy, self.tau_pad,
+                                self.short, self.cost, self.kv_pool(), self.manifest.model.logit_shift)  # fmt: skip
+        buffers = None
+        if shared and self._pool is not None:
+            buffers = self._local.__dict__.get("buffers")
+            if buffers is None:
+                buffers = self._local.buffers = CallBuffers(self._pool, self.buckets.batch[-1])
+        return Loop(settings, buffers)
 
     def kv_pool(self) -> KVPool | None:
         """The rows' prompt K/V slots in the backend's memory (None when no window graph takes a cache)."""
