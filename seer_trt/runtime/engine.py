@@ -379,8 +379,9 @@ class Engine:
         tickets = [t for t, _ in done]
         try:  # these tickets have left _preparing: whatever fails here must answer them, or their clients wait forever
             plan = self.pipe.group([f.result() for _, f in done], self.policy)
-            if self.policy == "cost_model" and self.pipe.cost is None:  # an engine stepped by hand, never started
-                self.pipe.calibrate_costs()
+            shared = plan.needs_costs or (self.loop is not None and bool(self.loop.rows)) or bool(self.waiting)
+            if self.policy == "cost_model" and shared and self.pipe.cost is None:  # stepped by hand, never started:
+                self.pipe.calibrate_costs()  # measured when rows first share a step (one row alone needs no costs)
         except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
             for ticket in tickets:
                 _answer(ticket, Result.failed(why(err), "internal"))
