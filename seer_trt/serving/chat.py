@@ -6,7 +6,8 @@ In:  a ``POST /v1/chat/completions`` body: ``messages`` (an optional system turn
      at most one image as a ``data:`` URL or, where the server fetches them, an http(s) URL), the OpenAI settings
      this model has (``max_tokens`` / ``max_completion_tokens``: the answer window, ``temperature`` in [0, 2],
      ``top_p`` in (0, 1], ``seed``, ``stop``, ``stream``, ``stream_options``, ``n`` = 1) and seer-trt's own
-     (``seer``, ``early_stop``, ``decoding``, ``remasking``, ``steps``, ``cache``, ``refresh_interval``).
+     (``seer``, ``early_stop``, ``decoding``, ``remasking``, ``steps``, ``cache``, ``refresh_interval``,
+     ``window``): every field of ``seer_trt.contracts.requests``, bounded as it says.
 Out: a ``Request`` for the engine; the bodies of ``chat.completion``, of a stream's ``chat.completion.chunk``s
      (``TextStream`` turns answer ids as they become final into text deltas, cut at a stop sequence by the rule of
      ``seer_trt.serving.stops``) and of OpenAI's error object.
@@ -27,8 +28,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seer_trt.contracts.config import GenerationConfig
 from seer_trt.contracts.errors import SeerError
+from seer_trt.contracts.requests import MAX_STOPS, OWN_HTTP, limits
 from seer_trt.runtime.request import Request, Result
 from seer_trt.serving.stops import StopScan, ids_holding
 
@@ -100,16 +101,16 @@ class ChatRequest(BaseModel):
     model_config = STRICT
     model: str
     messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)  # the answer window N (gen_length)
-    max_completion_tokens: int | None = Field(None, ge=1)  # the same, OpenAI's newer name
+    max_tokens: int | None = Field(None, **limits("gen_length"))  # the answer window N (gen_length)
+    max_completion_tokens: int | None = Field(None, **limits("gen_length"))  # the same, OpenAI's newer name
     # 0: greedy; > 0 samples (from denoise_logits where the export has it); OpenAI's range
-    temperature: float | None = Field(None, ge=0, le=GenerationConfig.MAX_TEMPERATURE)
-    seed: int | None = Field(None, ge=0, lt=2**63)
+    temperature: float | None = Field(None, **limits("temperature"))
+    seed: int | None = Field(None, **limits("seed"))
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)  # answers per request: 1 only
     user: str | None = None  # accepted, unused
-    top_p: float | None = Field(None, gt=0, le=1)  # nucleus sampling at temperature > 0
+    top_p: float | None = Field(None, **limits("top_p"))  # nucleus sampling at temperature > 0
     stop: str | list[str] | None = None  # up to 4 sequences: the answer ends before the first to end (stops.py)
     # OpenAI fields this model cannot honour: accepted at their neutral value, one clear 400 otherwise (UNSUPPORTED)
     tools: list[Any] | None = None
@@ -127,10 +128,11 @@ class ChatRequest(BaseModel):
     early_stop: bool | None = None  # LLaDA-V's stopping rule at <|eot_id|>
     decoding: str | None = None  # fixed | threshold:TAU | factor:F
     # what ranks positions: low_confidence | random (sampling exports) | Dream's topk_margin | entropy
-    remasking: str | None = Field(None, max_length=32)
-    steps: int | None = Field(None, ge=1)  # denoising steps over N
-    cache: str | None = Field(None, max_length=16)  # the prompt K/V cache: none | reuse | forecast
-    refresh_interval: int | None = Field(None, ge=1)  # steps between the cache's refreshes of the prompt
+    remasking: str | None = Field(None, **limits("remasking"))
+    steps: int | None = Field(None, **limits("steps"))  # denoising steps over N
+    cache: str | None = Field(None, **limits("cache"))  # the prompt K/V cache: none | reuse | forecast
+    refresh_interval: int | None = Field(None, **limits("refresh_interval"))  # steps between the cache's refreshes
+    window: int | None = Field(None, **limits("window"))  # the oracle: cut to this many positions, no step zero
 
 
 UNION_TAGS = {"str", "int", "float", "bool", "none", "TextPart", "ImagePart"}
@@ -166,7 +168,7 @@ def parse(body: bytes) -> ChatRequest:
             raise ApiError(f"the body is not JSON ({first['msg']}); send a JSON object", 400) from None
         if first["type"] == "extra_forbidden":
             raise ApiError(f"unknown field {param}; this server takes {sorted(ChatRequest.model_fields)} (seer-trt's "
-                           f"own: seer, early_stop, decoding, remasking, steps, cache, refresh_interval)", 400, param) from None  # fmt: skip
+                           f"own: {', '.join(OWN_HTTP)})", 400, param) from None  # fmt: skip
         found = first.get("input")  # the value refused, when it is one short value (not a message or a list)
         got = f" (got {found!r:.40})" if isinstance(found, bool | int | float | str) else ""
         raise ApiError(f"{param or 'the body'}: {first['msg']}{got}", 400, param) from None
@@ -251,7 +253,6 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "presence_penalty": (lambda v: not v, "penalties are not supported; send 0 or none"),
     "frequency_penalty": (lambda v: not v, "penalties are not supported; send 0 or none"),
 }  # fmt: skip
-MAX_STOP = 4  # OpenAI's bound on stop sequences
 
 
 def stops(chat: ChatRequest, max_chars: int) -> tuple[str, ...]:
@@ -262,8 +263,8 @@ def stops(chat: ChatRequest, max_chars: int) -> tuple[str, ...]:
         ApiError: 400, more than four, an empty one, or one past ``max_chars``.
     """
     seqs = () if chat.stop is None else (chat.stop,) if isinstance(chat.stop, str) else tuple(chat.stop)
-    if len(seqs) > MAX_STOP:
-        raise ApiError(f"stop has {len(seqs)} sequences; send at most {MAX_STOP}", 400, "stop")
+    if len(seqs) > MAX_STOPS:
+        raise ApiError(f"stop has {len(seqs)} sequences; send at most {MAX_STOPS}", 400, "stop")
     if any(not q for q in seqs):
         raise ApiError("stop holds an empty sequence; every stop sequence needs a character", 400, "stop")
     longest = max(map(len, seqs), default=0)
@@ -321,7 +322,7 @@ def to_request(chat: ChatRequest, limits: Limits, fetched: Mapping[str, bytes] |
     options = {"gen_length": chat.max_completion_tokens or chat.max_tokens, "steps": chat.steps,
                "temperature": chat.temperature, "decoding": chat.decoding, "remasking": chat.remasking, "seer": chat.seer,
                "early_stop": chat.early_stop, "seed": chat.seed, "cache": chat.cache,
-               "refresh_interval": chat.refresh_interval, "top_p": chat.top_p}  # fmt: skip
+               "refresh_interval": chat.refresh_interval, "top_p": chat.top_p, "window": chat.window}  # fmt: skip
     return Request(prompt, image=images[0] if images else None, system=system, history=history,
                    **{k: v for k, v in options.items() if v is not None})  # fmt: skip
 

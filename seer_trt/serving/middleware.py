@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from fastapi.responses import JSONResponse
 
+from seer_trt.contracts.requests import MAX_STOPS
 from seer_trt.serving import chat
 from seer_trt.serving.chat import ApiError
 
@@ -55,10 +56,10 @@ def trim_heap() -> None:
 
 
 def body_limit(max_chars: int, max_image_bytes: int, max_stop_chars: int = 0) -> int:
-    """The most bytes a request body may take: its text, ``max_chars`` characters of messages and ``chat.MAX_STOP``
+    """The most bytes a request body may take: its text, ``max_chars`` characters of messages and ``MAX_STOPS``
     stop sequences of ``max_stop_chars`` (``Limits.max_answer_chars``), as JSON escapes at worst (12 bytes: a
     surrogate pair of ``\\uXXXX``, as a JSONL line), the largest image as base64, and ``BODY_SLACK``."""
-    return 12 * (max_chars + chat.MAX_STOP * max_stop_chars) + -(-4 * max_image_bytes // 3) + BODY_SLACK
+    return 12 * (max_chars + MAX_STOPS * max_stop_chars) + -(-4 * max_image_bytes // 3) + BODY_SLACK
 
 
 def error_response(err: ApiError) -> JSONResponse:
