@@ -27,7 +27,7 @@ def test_the_seer_serve_objects_validate_against_kubernetes_schemas():
 
 def test_the_deployment_runs_a_seer_serve_command_the_parser_takes_and_probes_its_routes():
     from seer_trt.cli.serve import build_parser
-    from seer_trt.serving.http import ROUTES
+    from seer_trt.serving.openai.http import ROUTES
 
     deployment = next(
         d for d in yaml.safe_load_all((DEPLOY / "seer-serve.yaml").read_text()) if d["kind"] == "Deployment"
@@ -49,7 +49,7 @@ def test_the_deployment_runs_a_seer_serve_command_the_parser_takes_and_probes_it
     metric = hpa["spec"]["metrics"][0]["pods"]["metric"]["name"]
     from types import SimpleNamespace
 
-    from seer_trt.serving.metrics import Metrics
+    from seer_trt.serving.openai.metrics import Metrics
 
     idle = SimpleNamespace(
         depth=0,

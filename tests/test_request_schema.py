@@ -41,7 +41,7 @@ def test_python_request_has_every_field_but_the_servers_stop():
 
 
 def test_http_body_has_every_field_with_the_tables_bounds():
-    from seer_trt.serving.chat import ApiError, ChatRequest, parse, stops
+    from seer_trt.serving.openai.chat import ApiError, ChatRequest, parse, stops
 
     body = ChatRequest.model_fields
     named = {f.http_name for f in FIELDS if f.http != MESSAGES}
@@ -65,7 +65,7 @@ def test_http_body_carries_every_field_to_the_request():
     import base64
 
     from seer_trt.runtime.engine import Limits
-    from seer_trt.serving.chat import parse, stops, to_request
+    from seer_trt.serving.openai.chat import parse, stops, to_request
 
     image_bytes = b"\x89PNG\r\n\x1a\n" + bytes(16)  # decoded by the pipeline later, carried as bytes here
     url = "data:image/png;base64," + base64.b64encode(image_bytes).decode()

@@ -29,14 +29,14 @@ import pytest
 import uvicorn
 from PIL import Image
 
-from seer_trt.cli.serve import listen
 from seer_trt.eval.tasks import make_samples
 from seer_trt.runtime.engine import Cancelled, Engine
 from seer_trt.runtime.pipeline import SeerPipeline
 from seer_trt.runtime.request import Request
-from seer_trt.serving.chat import ApiError, TextStream
-from seer_trt.serving.http import create_app
-from seer_trt.serving.server import config as server_config
+from seer_trt.serving.openai.chat import ApiError, TextStream
+from seer_trt.serving.openai.http import create_app
+from seer_trt.serving.openai.server import config as server_config
+from seer_trt.serving.openai.server import listen
 
 pytestmark = pytest.mark.serving
 
@@ -66,7 +66,7 @@ TEXTS = ["count to 7 .", "repeat cat 3 times .", "count to 3 .", "count from 2 t
 
 @contextlib.contextmanager
 def serving(engine: Engine, header_timeout_s: float = 10.0, **options) -> Iterator[str]:
-    """uvicorn as seer-serve configures it (seer_trt.serving.server) on a free 127.0.0.1 port in a background
+    """uvicorn as seer-serve configures it (seer_trt.serving.openai.server) on a free 127.0.0.1 port in a background
     thread, serving ``create_app(engine, MODEL, ...)``."""
     app = create_app(engine, MODEL, **options)
     sock = listen("127.0.0.1", 0)  # seer-serve's own listening socket
@@ -455,7 +455,7 @@ def test_image_urls_are_fetched_only_for_a_request_that_is_otherwise_valid(engin
 
 
 def test_a_data_image_of_exactly_the_bound_is_taken(engine):
-    from seer_trt.serving.chat import image_bytes
+    from seer_trt.serving.openai.chat import image_bytes
 
     for n in (10, 11, 12):  # padding of 2, 1 and 0 characters
         url = "data:image/png;base64," + base64.b64encode(b"x" * n).decode()
@@ -907,10 +907,10 @@ def test_requests_in_flight_and_slow_bodies_are_bounded(engine):
 
 
 def test_the_heap_is_trimmed_once_a_large_body_is_answered_and_none_is_held(engine, monkeypatch):
-    """malloc_trim (seer_trt.serving.middleware.trim_heap) runs after a body of 1 MiB or more is answered with no other
+    """malloc_trim (seer_trt.serving.openai.middleware.trim_heap) runs after a body of 1 MiB or more is answered with no other
     body held, and not after a small one; a body that the held-bytes budget could never hold is 413, not a 429 to
     retry forever."""
-    from seer_trt.serving import middleware
+    from seer_trt.serving.openai import middleware
 
     calls = []
     monkeypatch.setattr(middleware, "trim_heap", lambda: calls.append(time.monotonic()))

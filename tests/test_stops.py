@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from seer_trt.serving.chat import TextStream
+from seer_trt.serving.openai.chat import TextStream
 from seer_trt.serving.stops import StopScan, common_prefix, cut_at_stop, ids_holding
 
 CASES = 3000  # random cases per property (seeded: a failure reproduces)

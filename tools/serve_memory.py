@@ -62,7 +62,7 @@ def largest_body(engines: Path, model: str) -> tuple[bytes, int]:
     from PIL import Image
 
     from seer_trt.runtime.pipeline import SeerPipeline
-    from seer_trt.serving.middleware import body_limit
+    from seer_trt.serving.openai.middleware import body_limit
 
     pipe = SeerPipeline.from_manifest(engines, threads=1)
     limit = body_limit(pipe.prompts.max_chars, pipe.image_limits.bytes)
@@ -84,7 +84,7 @@ def largest_body(engines: Path, model: str) -> tuple[bytes, int]:
 def main() -> int:
     import httpx
 
-    from seer_trt.serving import http
+    from seer_trt.serving.openai import http
 
     held_bodies = getattr(http, "HELD_BODIES", 8)  # the default budget (8 bodies before it was named)
 

@@ -76,10 +76,10 @@ class _Server:
     def __init__(self, pipe, max_rows: int | None, name: str) -> None:
         import uvicorn
 
-        from seer_trt.cli.serve import listen
         from seer_trt.runtime.engine import Engine
-        from seer_trt.serving.http import create_app
-        from seer_trt.serving.server import config as server_config
+        from seer_trt.serving.openai.http import create_app
+        from seer_trt.serving.openai.server import config as server_config
+        from seer_trt.serving.openai.server import listen
 
         self.engine = Engine(pipe, max_rows=max_rows, max_queue=1024).start()
         self.sock = listen("127.0.0.1", 0)  # seer-serve's own socket (TCP_NODELAY on its connections)

@@ -2,9 +2,12 @@
 
 In:  ``--engines DIR`` (a ``seer-export`` folder), where to listen, the API key (``--api-key`` or ``SEER_API_KEY``),
      the engine's bounds (``--max-queue``, ``--max-rows``) and each request's deadline (``--timeout``).
-Out: a server on ``--host``:``--port`` (``seer_trt.serving.http``: ``/v1/chat/completions``, ``/v1/models``,
+Out: a server on ``--host``:``--port`` (``seer_trt.serving.openai``: ``/v1/chat/completions``, ``/v1/models``,
      ``/health``, ``/metrics``) until Ctrl-C or SIGTERM, which stop it gracefully: no new connections, open ones
      answered, then the engine closed. Exit status 2 and one line for a bad flag, export or address.
+
+This module parses and checks the flags; ``seer_trt.serving.openai.server.run`` starts and stops the server, and
+``on_ray`` deploys it on a Ray cluster (``seer_trt.serving.ray_serve``).
 """
 
 from __future__ import annotations
@@ -150,70 +153,20 @@ def check_flags(args: argparse.Namespace) -> None:
                          f"GPU")  # fmt: skip
 
 
-def listen(host: str, port: int):
-    """The listening socket, bound here so a taken port is one line (``OSError``) rather than uvicorn's exit."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and without it each
-    # response's body waits for the client's delayed ACK of its headers (40 ms a request on Linux)
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        raise InputError(
-            f"cannot listen on {host}:{port} ({err.strerror or err}); pick another --host / --port"
-        ) from None
-    return sock
-
-
 def work(args: argparse.Namespace) -> int:
-    import signal
-
     check_flags(args)
     require_extra(PROG, SERVE_MODULES, "serve")
-    from seer_trt.contracts.signals import Interrupted
-    from seer_trt.runtime.engine import Engine
-    from seer_trt.runtime.pipeline import SeerPipeline
-    from seer_trt.serving import server as serving_server
-    from seer_trt.serving.http import create_app
+    from seer_trt.serving.openai.server import Settings, run
 
     key = args.api_key or os.environ.get("SEER_API_KEY") or None
     if args.ray is not None:
         return on_ray(args, key)
-    sock = listen(args.host, args.port)
-    pipe = SeerPipeline.from_manifest(args.engines, **backend_options(args))
-    if args.binding_cache_mib is not None:
-        if not hasattr(pipe.backend, "cache_bytes"):
-            raise InputError(f"--binding-cache-mib applies to the onnxruntime backend, not {args.backend}")
-        pipe.backend.cache_bytes = args.binding_cache_mib * 2**20
-    engine = Engine(pipe, args.max_rows, args.max_queue).start()
-    name = args.model_name or args.engines.resolve().name
     held = None if args.max_held_mib is None else args.max_held_mib * 2**20
-    app = create_app(engine, name, key, timeout_s=args.timeout, allow_image_urls=args.allow_image_urls,
-                     image_url_timeout_s=args.image_url_timeout, max_held_bytes=held)  # fmt: skip
-    # requests past what the queue and the rows can hold are refused (503) by the app; connections that do not finish
-    # their headers in --header-timeout are closed (seer_trt.serving.server)
-    server = serving_server.server(serving_server.config(app, args.header_timeout, args.grace, log_level="info"),
-                                   on_grace_end=engine.close)  # fmt: skip
-
-    def stop(signum, frame):  # uvicorn hands a signal it caught back once it has shut down: end here, not killed
-        raise Interrupted(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-    host, port = sock.getsockname()[:2]
-    host = f"[{host}]" if ":" in host else host
-    print(f"{PROG}: serving {name!r} from {args.engines} on http://{host}:{port}/v1 (API key "
-          f"{'required' if key else 'not required'})", file=sys.stderr, flush=True)  # fmt: skip
-    try:
-        server.run(sockets=[sock])
-    finally:
-        engine.close()
-        pipe.close()
-    return 0
+    binding = None if args.binding_cache_mib is None else args.binding_cache_mib * 2**20
+    settings = Settings(args.engines, args.host, args.port, key, backend_options(args), args.model_name,
+                        args.max_rows, args.max_queue, args.timeout, args.allow_image_urls, args.image_url_timeout,
+                        held, args.header_timeout, args.grace, binding)  # fmt: skip
+    return run(settings, PROG)
 
 
 def ray_address(text: str) -> tuple[str, int] | None:

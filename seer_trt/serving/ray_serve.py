@@ -2,7 +2,7 @@
 
 In:  an export folder and the replica settings; a running Ray cluster (``ray start --head``, more nodes with
      ``ray start --address``).
-Out: a Ray Serve application whose ingress is seer-serve's own FastAPI app (``seer_trt.serving.http.create_app``),
+Out: a Ray Serve application whose ingress is seer-serve's own FastAPI app (``seer_trt.serving.openai.http.create_app``),
      built in each replica over that replica's ``Engine``; Ray Serve's proxy routes each request to a replica (least
      loaded of two sampled, its default), its controller restarts a replica that dies and scales on ongoing requests.
 
@@ -48,7 +48,7 @@ class SeerReplica:
         self.replica = serve.get_replica_context().replica_id.unique_id
 
     def __serve_build_asgi_app__(self):
-        from seer_trt.serving.http import create_app
+        from seer_trt.serving.openai.http import create_app
 
         app = create_app(self.engine, self.name, self.api_key, **self.serving)
         replica = self.replica.encode()

@@ -5,10 +5,10 @@ In:  HTTP requests; a started engine behind ``EngineClient`` (``seer_trt.runtime
 Out: ``POST /v1/chat/completions`` (one JSON body, or Server-Sent Events with ``stream``), ``GET /v1/models``,
      ``GET /health``, ``GET /metrics`` (Prometheus text); every error as OpenAI's ``{"error": {...}}`` body.
 
-    client ─► Guard (seer_trt.serving.middleware: API key, body and request bounds) ─► route
-           ─► the chat route (seer_trt.serving.completions) over the wire schema (seer_trt.serving.chat)
+    client ─► Guard (seer_trt.serving.openai.middleware: API key, body and request bounds) ─► route
+           ─► the chat route (seer_trt.serving.openai.completions) over the wire schema (seer_trt.serving.openai.chat)
 
-This file builds the app: its routes and error handlers, over the metrics of ``seer_trt.serving.metrics``.
+This file builds the app: its routes and error handlers, over the metrics of ``seer_trt.serving.openai.metrics``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from seer_trt.runtime.engine import EngineClient
-from seer_trt.serving import chat
-from seer_trt.serving.chat import ApiError
-from seer_trt.serving.completions import Service, complete
-from seer_trt.serving.metrics import Metrics
-from seer_trt.serving.middleware import HELD_BODIES, ROUTES, Guard, body_limit, error_response
+from seer_trt.serving.openai import chat
+from seer_trt.serving.openai.chat import ApiError
+from seer_trt.serving.openai.completions import Service, complete
+from seer_trt.serving.openai.metrics import Metrics
+from seer_trt.serving.openai.middleware import HELD_BODIES, ROUTES, Guard, body_limit, error_response
 
 __all__ = ["ROUTES", "Metrics", "create_app"]
 

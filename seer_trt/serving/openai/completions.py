@@ -1,7 +1,7 @@
 """seer-serve's chat route, ``POST /v1/chat/completions``: a body checked, submitted to the engine and answered
 whole or streamed (docs/DESIGN.md "Serving and embedding").
 
-In:  the parsed body (``seer_trt.serving.chat``, the wire schema); an engine behind ``EngineClient``
+In:  the parsed body (``seer_trt.serving.openai.chat``, the wire schema); an engine behind ``EngineClient``
      (``seer_trt.runtime.engine``), which checks the request and tokenizes its prompt once.
 Out: OpenAI's ``chat.completion`` body, or Server-Sent Events with one chunk per newly final prefix; every failure
      as an ``ApiError``.
@@ -32,12 +32,12 @@ from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.runtime.engine import Cancelled, DeadlineExceeded, EngineClient, Limits, QueueFull, Ticket
 from seer_trt.runtime.pipeline import Checked
 from seer_trt.runtime.request import Result
-from seer_trt.serving import chat
-from seer_trt.serving.chat import ApiError
+from seer_trt.serving.openai import chat
+from seer_trt.serving.openai.chat import ApiError
 from seer_trt.serving.stops import cut_at_stop
 
 if TYPE_CHECKING:
-    from seer_trt.serving.metrics import Metrics
+    from seer_trt.serving.openai.metrics import Metrics
 
 
 @dataclasses.dataclass

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 from fastapi.responses import JSONResponse
 
 from seer_trt.contracts.requests import MAX_STOPS
-from seer_trt.serving import chat
-from seer_trt.serving.chat import ApiError
+from seer_trt.serving.openai import chat
+from seer_trt.serving.openai.chat import ApiError
 
 if TYPE_CHECKING:
-    from seer_trt.serving.metrics import Metrics
+    from seer_trt.serving.openai.metrics import Metrics
 
 BODY_SLACK = 2**16  # bytes of a request body besides its text and image: field names, settings, JSON syntax
 
