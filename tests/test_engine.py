@@ -426,3 +426,32 @@ def test_requests_wait_for_their_k_v_slot_and_one_that_can_never_fit_fails_alone
     assert "\n" not in big.result(0).error and small.result(0).text.startswith("1 2 3")
     tiny.close()
     engine.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("retry", [True, False])
+def test_a_failed_shared_call_fails_only_the_request_that_brought_it(pipe, monkeypatch, retry):
+    """The retry policy of every server: a denoise call fails whenever it holds the one long prompt (a component that
+    cannot take its shape). Sharing calls with it, the short requests fail with it once, run again alone and get
+    their answers alone; the long one fails again alone, with the call's error. Without the retry all three fail."""
+    limit = len(pipe.prompts.ids("count to 3 .", False))
+    run = pipe.backend.run
+
+    def failing(graph, feeds, *rest):
+        if graph == "denoise" and feeds["prefix_embeds"].shape[1] > 2 * limit:
+            raise RuntimeError("CUDA out of memory")
+        return run(graph, feeds, *rest)
+
+    requests = [Request("count to 3 ."), Request("count to 3 . " * 12), Request("count to 4 .")]
+    alone = [pipe.generate([r])[0] for r in (requests[0], requests[2])]
+    monkeypatch.setattr(pipe.backend, "run", failing)
+    engine = Engine(pipe, policy="naive_pad", retry_alone=retry)  # stepped by hand: the three share each call
+    tickets = [engine.submit(r) for r in requests]
+    engine.run_until(tickets)
+    got = [t.result(0) for t in tickets]
+    engine.close()
+    assert "CUDA out of memory" in got[1].error and got[1].error_kind == "internal"
+    if retry:
+        assert engine.retried == 3 and differing(alone, [got[0], got[2]]) == []
+    else:
+        assert engine.retried == 0 and not got[0].ok and not got[2].ok

@@ -33,6 +33,7 @@ embedding").
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections import OrderedDict
@@ -53,6 +54,11 @@ from seer_trt.runtime.layout import Layout, rows_cached, rows_packed, rows_padde
 
 if TYPE_CHECKING:
     from seer_trt.runtime.dispatch import CostModel
+
+
+def failed_rows(err: BaseException) -> frozenset[int] | None:
+    """The keys of the rows whose graph calls raised ``err`` in ``Loop.step``; None: not known (all of them)."""
+    return getattr(err, "seer_call_rows", None)
 
 
 def current_block_end(open_: np.ndarray, kept: np.ndarray, block_length: np.ndarray | int) -> np.ndarray:
@@ -98,6 +104,7 @@ class Row:
     end: int = 0  # its block end at the previous step
     dropped: bool = False  # taken out before it finished (a client that left)
     error: str | None = None  # why it never stepped (its prompt K/V can never fit the pool)
+    alone: bool = False  # in graph calls of its own (a retry after a step that held it failed: Engine)
     key: int = dataclasses.field(default_factory=lambda: next(_keys))
 
     def __post_init__(self) -> None:
@@ -284,15 +291,25 @@ class Loop:
                 continue
             weights = r.cache.plan(r.t, bool(boundary[i]))
             kind = ("prompt",) if weights is None else ("cached", weights.tobytes())
-            classes.setdefault((r.settings.decoding.graph, *kind), []).append((i, weights))
+            own = r.key if r.alone else None  # a row retried alone shares no call
+            classes.setdefault((r.settings.decoding.graph, *kind, own), []).append((i, weights))
         calls = 0
+        saved = [r.cache.checkpoint() for r in rows]  # a failed call leaves every row as it was before the step
         for (graph, kind, *_), members in classes.items():
             idx = np.array([i for i, _ in members])
-            if kind == "prompt":
-                calls += self._prompt_calls(graph, [rows[i] for i in idx], idx, t, x, x0, conf, width)
-                refreshed[idx] = True
-            else:
-                calls += self._cached_calls(graph, [rows[i] for i in idx], idx, members[0][1], t, x, x0, conf, width)
+            try:
+                if kind == "prompt":
+                    calls += self._prompt_calls(graph, [rows[i] for i in idx], idx, t, x, x0, conf, width)
+                    refreshed[idx] = True
+                else:
+                    calls += self._cached_calls(graph, [rows[i] for i in idx], idx, members[0][1], t, x, x0, conf,
+                                                width)  # fmt: skip
+            except Exception as err:
+                for r, state in zip(rows, saved, strict=True):
+                    r.cache.restore(state)
+                with contextlib.suppress(AttributeError):  # the rows it held, for the engine's retry
+                    err.seer_call_rows = frozenset(rows[i].key for i in idx)  # type: ignore[attr-defined]
+                raise
         eligible = open_ & (positions < block_end[:, None])
         conf = np.where(eligible, conf.astype(np.float64), -np.inf)
         counts = np.array([r.count(int(m)) for r, m in zip(rows, open_.sum(1), strict=True)], dtype=np.int64)

@@ -25,6 +25,11 @@ K/V cache with each row's refresh schedule. A request never runs outside a step,
 the others by its steps' time, not by its whole answer. Rows share graph calls whatever step each is at and
 whenever each was admitted: a step's calls are formed from all its live rows (those that compute their prompt in
 one, those that read it in another, split as the dispatch policy prices them).
+
+A graph call that fails fails the rows it held, not the step's others (they take the step again at the next
+boundary: a row's state changes only once its step succeeds). Each of its rows runs once more from the start in
+calls of its own when the call held others, so only the request that brought the failure fails (the retry policy
+of every server: ``Engine._retry_or_fail``); a row that streamed part of its answer fails instead.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ from typing import Protocol
 
 import numpy as np
 
-from seer_trt.contracts.errors import SeerError, describe
-from seer_trt.runtime.denoise import Loop, Row
+from seer_trt.contracts.errors import InputError, SeerError, describe
+from seer_trt.runtime.denoise import Loop, Row, failed_rows
 from seer_trt.runtime.pipeline import Checked, GroupRun, SeerPipeline
 from seer_trt.runtime.prompt import longest_token
 from seer_trt.runtime.request import Request, Result
@@ -73,6 +78,8 @@ class Ticket:
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     submitted: float = dataclasses.field(default_factory=time.monotonic)
     preparation: Future | None = None  # its prepare_one in the engine's pool, once admitted
+    alone: bool = False  # retried in graph calls of its own after a shared call failed (``Engine._retry_or_fail``)
+    streamed: bool = False  # on_prefix has been handed part of its answer
 
     def result(self, timeout: float | None = None) -> Result:
         return self.future.result(timeout)
@@ -143,7 +150,7 @@ class Engine:
     """One engine loop over a pipeline: ``submit`` from any thread, ``start`` / ``close`` around it."""
 
     def __init__(self, pipe: SeerPipeline, max_rows: int | None = None, max_queue: int = 256, policy: str | None = None,
-                 prepare_threads: int = 2) -> None:  # fmt: skip
+                 prepare_threads: int = 2, retry_alone: bool = True) -> None:  # fmt: skip
         """
         Args:
             pipe: a ``SeerPipeline``; its cost model is measured at ``start`` when its policy needs one.
@@ -153,6 +160,8 @@ class Engine:
             prepare_threads: threads that prepare requests (template, tokenizer, image decode, embeddings) beside
                 the engine thread, so a large image delays no step; 0: each is prepared on the stepping thread when
                 it is admitted (a host whose graph calls must stay on one thread: Triton's BLS, ``run_until``).
+            retry_alone: a request whose shared graph call failed runs once more in calls of its own
+                (``_retry_or_fail``), so only the request that brings a failure fails; False: it fails at once.
         """
         self.pipe = pipe
         self.max_rows = max_rows or 4 * pipe.buckets.batch[-1]
@@ -164,6 +173,8 @@ class Engine:
         self._pool = ThreadPoolExecutor(prepare_threads, thread_name_prefix="seer-prepare") if prepare_threads else None
         self._preparing: list[tuple[Ticket, Future]] = []  # in submission order
         self.steps = 0  # engine steps run
+        self.retry_alone = retry_alone
+        self.retried = 0  # requests run again alone after a shared call failed
         self.rows_per_step: list[int] = []  # live rows of each step (a bounded window for metrics)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -300,12 +311,13 @@ class Engine:
         try:
             self.step()
         except Exception as err:  # noqa: BLE001 - a failed step fails its rows, never the loop
-            for admitted in self.admitted.values():  # each row it held answered with an internal failure (a 500),
-                _answer(admitted.ticket, Result.failed(why(err), "internal"))  # as at admission; those still being
-            if self.loop is not None:  # prepared or waiting for a slot were in no step: they go on
-                for row in list(self.loop.rows):
-                    self.loop.remove(row)
-            self.admitted = {}
+            held = failed_rows(err)  # the rows of the call that failed (None: not known, every row of the step)
+            failed = [k for k in self.admitted if held is None or k in held]
+            for key in failed:  # retried alone or failed (a 500); the step's other rows take it again at the next
+                admitted = self.admitted.pop(key)  # boundary (a row's state changes only once its step succeeds);
+                if self.loop is not None:  # those still being prepared or waiting for a slot were in no step
+                    self.loop.remove(admitted.row)
+                self._retry_or_fail(admitted.ticket, err, len(held) > 1 if held is not None else len(failed) > 1)
 
     def step(self) -> None:
         """One step boundary: admit, one step of every live row, retire the finished ones."""
@@ -376,6 +388,13 @@ class Engine:
         done = [(t, f) for t, f in done if not t.cancelled.is_set()]
         if not done:
             return
+        self._start([(t, f) for t, f in done if not t.alone])
+        for alone in (d for d in done if d[0].alone):  # retried alone: a step zero and graph calls of its own
+            self._start([alone])
+
+    def _start(self, done: list[tuple[Ticket, Future]]) -> None:
+        if not done:
+            return
         tickets = [t for t, _ in done]
         try:  # these tickets have left _preparing: whatever fails here must answer them, or their clients wait forever
             plan = self.pipe.group([f.result() for _, f in done], self.policy)
@@ -394,9 +413,26 @@ class Engine:
                 run = self.pipe.start_group(group)
             except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
                 for ticket in members:
-                    _answer(ticket, Result.failed(why(err), "internal"))
+                    self._retry_or_fail(ticket, err, len(members) > 1)
                 continue
+            for row in run.rows:
+                row.alone = members[0].alone
             self.waiting += [Admitted(t, run, i, group.prepare_s[i]) for i, t in enumerate(members)]
+
+    def _retry_or_fail(self, ticket: Ticket, err: BaseException, shared: bool) -> None:
+        """The retry policy, one for every server: a request whose graph call failed for a reason not its own input
+        runs again, from the start and in calls of its own, when that call held other rows (one of them may have
+        brought the shape or the values that failed it) and it has not retried yet and has streamed nothing (its
+        retry could differ from what the client already has); otherwise it fails with the call's error."""
+        if shared and self.retry_alone and not ticket.alone and not ticket.streamed and not ticket.cancelled.is_set():
+            ticket.alone = True
+            self.retried += 1
+            future = self._prepare(ticket.checked or ticket.request)
+            future.add_done_callback(lambda _: self._wake.set())
+            ticket.preparation = future
+            self._preparing.append((ticket, future))
+            return
+        _answer(ticket, Result.failed(why(err), "input" if isinstance(err, InputError) else "internal"))
 
     def _seat(self) -> None:
         """Started rows join the loop, in order, while their K/V slots fit the pool (admission by memory); a row
@@ -445,6 +481,7 @@ class Engine:
             except Exception:  # noqa: BLE001 - a broken callback ends its own request, never the step
                 ticket.cancel()
             admitted.sent = len(ids)
+            ticket.streamed = True
 
     def _retire(self, admitted: Admitted, error: SeerError | None = None) -> None:
         """Take the row out of the loop (its slot back to the pool) and answer its ticket."""

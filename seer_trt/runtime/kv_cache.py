@@ -162,6 +162,15 @@ class RowCache:
         self.fallback = False  # forecast: feed reuse weights until the next refresh (the gate saw it lose)
         self.errors: list[tuple[float, float | None]] = []  # (reuse error, forecast error) at each gated refresh
 
+    def checkpoint(self) -> tuple:
+        """The bookkeeping a step changes, for ``restore`` when the step fails (the snapshot a failed step wrote is
+        written again: the restored state plans that step's refresh again)."""
+        return list(self.steps), list(self.held), self.next_refresh, self.fallback, len(self.errors)
+
+    def restore(self, state: tuple) -> None:
+        steps, held, self.next_refresh, self.fallback, errors = state
+        self.steps, self.held, self.errors = list(steps), list(held), self.errors[:errors]
+
     @property
     def stores(self) -> bool:
         """Whether a step that computes the prompt keeps its K/V: every policy but none."""
