@@ -75,6 +75,8 @@ struct Row {
   int64_t stop;           // first committed stop id (kept: none)
   int64_t end = 0;        // its block end at the previous step
   std::string error;      // why it never stepped (its prompt K/V can never fit the pool)
+  uint64_t seed = 0;      // sampling noise (temperature > 0, random remasking): Request::seed
+  double top_p = 1.0;     // nucleus mass of sampling: Request::top_p
   int64_t key;            // unique in the process: what a call buffer's entry and a memoised call name it by
 
   int64_t kept() const { return static_cast<int64_t>(x.size()); }
