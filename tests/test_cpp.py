@@ -586,6 +586,38 @@ def test_cli_with_seer_prompt_ids_equals_seer_run(cpp_build, folder, tmp_path):
     assert set(cpp[0]["seconds"]) == set(python[0]["seconds"]) | {"graphs"}
 
 
+def test_seer_run_sampling_flags_answer_as_seer_run_samples(cpp_build, folder, tmp_path):
+    """seer_run --temperature 0.8 --top-p 0.9 --seed 7 over seer-prompt-ids' lines answers as seer-run does for the
+    same requests with those fields (a line's own field wins over a flag, as for the other flags)."""
+    from PIL import Image
+
+    plain, sampled = [], []
+    for i, s in enumerate(SAMPLES[:8]):
+        line = {"prompt": s.question}
+        if s.image is not None:
+            Image.fromarray(s.image).save(tmp_path / f"{i}.png")
+            line["image"] = str(tmp_path / f"{i}.png")
+        own = {"seed": 11} if i == 3 else {}  # a line's own seed
+        plain.append(json.dumps({**line, **own}))
+        sampled.append(json.dumps({**line, "temperature": 0.8, "top_p": 0.9, "seed": 7, **own}))
+    (tmp_path / "plain.jsonl").write_text("\n".join(plain) + "\n")
+    (tmp_path / "sampled.jsonl").write_text("\n".join(sampled) + "\n")
+    out = run_cli([sys.executable, "-m", "seer_trt.cli.prompt_ids", "--engines", folder, "--input", tmp_path / "plain.jsonl",
+                   "--output", tmp_path / "cpp.jsonl", "--tiles-dir", tmp_path / "tiles"])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    out = run_cli([sys.executable, "-m", "seer_trt.cli.run", "--engines", folder, "--input", tmp_path / "sampled.jsonl",
+                   "--output", tmp_path / "python.jsonl"])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "cpp.jsonl", "--temperature",
+                   "0.8", "--top-p", "0.9", "--seed", "7", "--output", tmp_path / "results.jsonl", "--ort-library",
+                   ort_library()])  # fmt: skip
+    assert out.returncode == 0 and "8 answered, 0 failed" in out.stderr, out.stderr
+    python = [json.loads(line) for line in (tmp_path / "python.jsonl").read_text().splitlines()]
+    cpp = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    keys = ("text", "token_ids", "window", "kept", "steps", "gen_length", "error")
+    assert [[r[k] for k in keys] for r in cpp] == [[r[k] for k in keys] for r in python]
+
+
 def broken_copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
@@ -672,7 +704,9 @@ def test_bad_requests_fail_alone(cpp_build, folder, cpp_requests, tmp_path):
         "steps past gen_length": ({**good, "steps": 128}, "exceeds gen_length"),
         "gen_length past buckets": ({**good, "gen_length": 512}, "largest answer bucket"),
         "blocks": ({**good, "block_length": 24}, "not a multiple of block_length"),
-        "temperature": ({**good, "temperature": 0.7}, "greedily"),
+        "temperature past 2": ({**good, "temperature": 2.5}, "temperature is 2.5; expected a number in [0, 2]"),
+        "top_p 0": ({**good, "temperature": 0.7, "top_p": 0}, "top_p is 0; expected a number in (0, 1]"),
+        "negative seed": ({**good, "seed": -1}, "seed is -1; expected a whole number in [0, 2**63)"),
         "string id": ({"prompt_ids": ["5"]}, "whole number"),
         "unknown cache": ({**good, "cache": "bogus"}, "'bogus' is not one of none, reuse, forecast"),
         "cache not text": ({**good, "cache": 3}, "expected one of none, reuse, forecast"),

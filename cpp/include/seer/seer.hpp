@@ -7,8 +7,9 @@
 //      answer text where the export's tokenizer decoder is one this library reads (word-level, byte-level).
 //
 //     prompt ids, tiles ─► embed / vision graphs ─► step zero ─► boundary ─► truncation + step budget
-//     ─► one denoising loop over every row (greedy, or sampled with each request's temperature, top_p and seed) (each step's calls split by the dispatch policy: static /
-//        packed / eager; fixed, threshold or factor rule; the prompt K/V cache) ─► answer ids
+//     ─► one denoising loop over every row (each step's calls split by the dispatch policy: static / packed / eager;
+//        greedy or sampled with the request's temperature, top_p and seed; fixed, threshold or factor rule; the
+//        prompt K/V cache) ─► answer ids
 //
 // ONNX Runtime is loaded with dlopen at run time (Options::ort_library), so a service picks its ORT build
 // (CPU, CUDA, TensorRT EP) without relinking. A Pipeline may be used from several threads at once.

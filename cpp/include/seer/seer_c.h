@@ -23,7 +23,8 @@
  *
  * The request carries every field of seer-trt's request schema (seer_trt/contracts/) by its name: image, gen_length,
  * steps, seer, decoding, early_stop, remasking, temperature, seed, top_p, stop, cache, refresh_interval, window; its
- * system and history are formatted by the caller into prompt_ids (seer-prompt-ids --system / --history prints them).
+ * system and history are formatted by the caller into prompt_ids (seer-prompt-ids prints them: --system, or a JSONL
+ * line's system and history).
  * A pipeline may be used from several threads at once. */
 #ifndef SEER_C_H
 #define SEER_C_H
