@@ -148,6 +148,65 @@ def test_modes_equal_python(cpp, py, cpp_requests, mode):
     assert_same(py.generate(py_requests(**fields)), cpp.generate([{**r, **fields} for r in cpp_requests]))
 
 
+SAMPLED = {  # name: (the export: the fixture's, or its copy without denoise_logits; request fields besides the draw's)
+    "denoise_logits": ("logits", {}),
+    "denoise_logits, random remasking, threshold": ("logits", {"remasking": "random", "decoding": "threshold:0.9"}),
+    "top ids": ("top", {}),
+    "top ids, random remasking, early stop": ("top", {"remasking": "random", "early_stop": True}),
+}
+
+
+def sampled_fields(seed: int = 1000) -> list[dict]:
+    """Issue 44's sampled requests: temperature 0.8, top_p 0.9, a seed per row (distinct, so rows draw apart)."""
+    return [{"temperature": 0.8, "top_p": 0.9, "seed": seed + i} for i in range(len(SAMPLES))]
+
+
+@pytest.fixture(scope="module")
+def top_ids_export(folder, tmp_path_factory) -> Path:
+    """The fixture without denoise_logits: sampling draws from denoise's top ids (TopK) in both runtimes."""
+    graphs = json.loads((folder / "manifest.json").read_text())["graphs"]
+    assert "denoise_logits" in graphs and "top_ids" in json.dumps(graphs["denoise"])
+    kept = {k: v for k, v in graphs.items() if k != "denoise_logits"}
+    return calibrated_copy(folder, tmp_path_factory.mktemp("top-ids") / "engines", graphs=kept)
+
+
+@pytest.mark.parametrize("case", list(SAMPLED))
+def test_sampled_requests_equal_python(lib, folder, top_ids_export, cpp_requests, python_seer, case):
+    """Sampled requests with seeds (temperature 0.8, top_p 0.9) answer as the Python runtime answers, through
+    denoise_logits (Sampled: Gumbel over the vocabulary) or denoise's top ids (TopK), batched: the counter-based
+    draws, the nucleus and the ranks of seer_trt.runtime.decoding in C++. tools/cpp_sampling_agreement.py runs 200."""
+    which, extra = SAMPLED[case]
+    export = folder if which == "logits" else top_ids_export
+    fields = [{**f, **extra} for f in sampled_fields()]
+    py = SeerPipeline.from_manifest(export)
+    try:
+        python = py.generate([Request(s.question, s.image, **f) for s, f in zip(SAMPLES, fields, strict=True)])
+        other_seeds = py.generate([Request(s.question, s.image, **{**f, **extra})
+                                   for s, f in zip(SAMPLES, sampled_fields(5000), strict=True)])  # fmt: skip
+    finally:
+        py.close()
+    with CppPipeline(lib, export, ort_library=ort_library()) as cpp:
+        assert_same(python, cpp.generate([{**r, **f} for r, f in zip(cpp_requests, fields, strict=True)]))
+    # the draws decided something: other seeds, or greedy decoding, answer otherwise on some rows
+    assert [r.window for r in python] != [r.window for r in other_seeds]
+    assert [r.window for r in python] != [r.window for r in python_seer]
+
+
+def test_stop_sequences_cut_the_text_as_seer_serve_does(cpp, cpp_requests, python_seer):
+    """stop: the answer text ends before the sequence that ends first (the longest at the same character), as
+    seer_trt.serving.stops.cut_at_stop cuts seer-serve's; token_ids stay whole."""
+    from seer_trt.serving.stops import cut_at_stop
+
+    texts = [r.text for r in python_seer[:8]]
+    words = [t.split() for t in texts]
+    stops = [[w[len(w) // 2]] if w else ["x"] for w in words]  # a word of the answer, or none of it
+    stops[0] = [texts[0][2:4], texts[0][1:4], "zz"] if len(texts[0]) > 4 else ["zz"]  # ends tie: the longer wins
+    got = cpp.generate([{**r, "stop": q} for r, q in zip(cpp_requests[:8], stops, strict=True)])
+    assert [g["text"] for g in got] == [cut_at_stop(t, q)[0] for t, q in zip(texts, stops, strict=True)]
+    assert [g["token_ids"] for g in got] == [list(r.token_ids) for r in python_seer[:8]]
+    assert any(g["text"] != t for g, t in zip(got, texts, strict=True))  # some were cut
+
+
 CACHES = {  # name: (request fields, dispatch policy); the C++ pipeline's forecast order is an option
     "reuse R=2": ({"cache": "reuse", "refresh_interval": 2}, "cost_model"),
     "reuse R=4 packed": ({"cache": "reuse", "refresh_interval": 4}, "packed"),
@@ -527,6 +586,38 @@ def test_cli_with_seer_prompt_ids_equals_seer_run(cpp_build, folder, tmp_path):
     assert set(cpp[0]["seconds"]) == set(python[0]["seconds"]) | {"graphs"}
 
 
+def test_seer_run_sampling_flags_answer_as_seer_run_samples(cpp_build, folder, tmp_path):
+    """seer_run --temperature 0.8 --top-p 0.9 --seed 7 over seer-prompt-ids' lines answers as seer-run does for the
+    same requests with those fields (a line's own field wins over a flag, as for the other flags)."""
+    from PIL import Image
+
+    plain, sampled = [], []
+    for i, s in enumerate(SAMPLES[:8]):
+        line = {"prompt": s.question}
+        if s.image is not None:
+            Image.fromarray(s.image).save(tmp_path / f"{i}.png")
+            line["image"] = str(tmp_path / f"{i}.png")
+        own = {"seed": 11} if i == 3 else {}  # a line's own seed
+        plain.append(json.dumps({**line, **own}))
+        sampled.append(json.dumps({**line, "temperature": 0.8, "top_p": 0.9, "seed": 7, **own}))
+    (tmp_path / "plain.jsonl").write_text("\n".join(plain) + "\n")
+    (tmp_path / "sampled.jsonl").write_text("\n".join(sampled) + "\n")
+    out = run_cli([sys.executable, "-m", "seer_trt.cli.prompt_ids", "--engines", folder, "--input", tmp_path / "plain.jsonl",
+                   "--output", tmp_path / "cpp.jsonl", "--tiles-dir", tmp_path / "tiles"])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    out = run_cli([sys.executable, "-m", "seer_trt.cli.run", "--engines", folder, "--input", tmp_path / "sampled.jsonl",
+                   "--output", tmp_path / "python.jsonl"])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    out = run_cli([cpp_build / "seer_run", "--engines", folder, "--input", tmp_path / "cpp.jsonl", "--temperature",
+                   "0.8", "--top-p", "0.9", "--seed", "7", "--output", tmp_path / "results.jsonl", "--ort-library",
+                   ort_library()])  # fmt: skip
+    assert out.returncode == 0 and "8 answered, 0 failed" in out.stderr, out.stderr
+    python = [json.loads(line) for line in (tmp_path / "python.jsonl").read_text().splitlines()]
+    cpp = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    keys = ("text", "token_ids", "window", "kept", "steps", "gen_length", "error")
+    assert [[r[k] for k in keys] for r in cpp] == [[r[k] for k in keys] for r in python]
+
+
 def broken_copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
@@ -613,7 +704,9 @@ def test_bad_requests_fail_alone(cpp_build, folder, cpp_requests, tmp_path):
         "steps past gen_length": ({**good, "steps": 128}, "exceeds gen_length"),
         "gen_length past buckets": ({**good, "gen_length": 512}, "largest answer bucket"),
         "blocks": ({**good, "block_length": 24}, "not a multiple of block_length"),
-        "temperature": ({**good, "temperature": 0.7}, "greedily"),
+        "temperature past 2": ({**good, "temperature": 2.5}, "temperature is 2.5; expected a number in [0, 2]"),
+        "top_p 0": ({**good, "temperature": 0.7, "top_p": 0}, "top_p is 0; expected a number in (0, 1]"),
+        "negative seed": ({**good, "seed": -1}, "seed is -1; expected a whole number in [0, 2**63)"),
         "string id": ({"prompt_ids": ["5"]}, "whole number"),
         "unknown cache": ({**good, "cache": "bogus"}, "'bogus' is not one of none, reuse, forecast"),
         "cache not text": ({**good, "cache": 3}, "expected one of none, reuse, forecast"),
@@ -844,6 +937,114 @@ def test_readme_cpp_example_builds_and_prints_what_it_says(cpp_build, folder, tm
     assert out.returncode == 0, out.stderr[-3000:]
     out = run_cli([tmp_path / "example"], cwd=tmp_path, env={**os.environ, "SEER_ORT_LIBRARY": ort_library()})
     assert out.returncode == 0 and out.stdout.strip() == printed, (out.stdout, out.stderr)
+
+
+def test_readme_c_sampled_request_prints_what_seer_run_answers(cpp_build, folder, tmp_path):
+    """The README's C example (a sampled request through the C ABI) and its cc command, verbatim: it prints what the
+    README says, which is the Python runtime's answer to the same request and seed."""
+    readme = (ROOT / "README.md").read_text()
+    section = re.search(r"^## C\+\+\n(.*?)(?=^## |\Z)", readme, re.S | re.M).group(1)
+    code = re.search(r"```c\n(.*?)```", section, re.S).group(1)
+    command = re.search(r"`(cc example\.c [^`]+)`", section).group(1)
+    printed = re.search(r"`cc example\.c [^`]+` builds it; it\s+prints\s+`([^`]+)`", section).group(1)
+    (tmp_path / "example.c").write_text(code)
+    (tmp_path / "engines").mkdir()
+    (tmp_path / "engines" / "tiny-llada-v-fp32").symlink_to(folder)
+    (tmp_path / "cpp").mkdir()
+    (tmp_path / "cpp" / "include").symlink_to(ROOT / "cpp" / "include")
+    (tmp_path / "cpp" / "build").symlink_to(cpp_build)
+    out = run_cli(["bash", "-c", command], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_cli([tmp_path / "example_c"], cwd=tmp_path, env={**os.environ, "SEER_ORT_LIBRARY": ort_library()})
+    assert out.returncode == 0 and out.stdout.strip() == printed, (out.stdout, out.stderr)
+    py = SeerPipeline.from_manifest(folder)
+    try:
+        (want,) = py.generate([Request("count to 7 .", early_stop=True, temperature=0.8, top_p=0.9, seed=7)])
+    finally:
+        py.close()
+    assert printed == f"{want.text} | L* {want.kept}"  # (the trained fixture is sure of this one at any seed)
+
+
+# A caller of an older and of a newer seer_c.h than the library's, as compiled programs are: the C ABI's request
+# promise (seer_c.h: struct_size). PROMPT_IDS: the ids of "count to 7 .".
+ABI_CALLERS = r"""#include <stdio.h>
+#include <string.h>
+#include "seer/seer_c.h"
+
+typedef struct {  /* seer_request of C ABI 4 (no struct_size), as a caller built then laid it out */
+  const int64_t* prompt_ids; size_t prompt_len; const float* pixel_values; int64_t tiles;
+  int64_t grid_cols, grid_rows, image_width, image_height, gen_length, steps, block_length, window;
+  int32_t no_seer, early_stop; const char* cache; int64_t refresh_interval; const char* decoding;
+  const char* remasking;
+} request_v4;
+
+typedef struct {  /* a later header's request: ABI 5's fields, then one this library does not know */
+  seer_request base;
+  int64_t later;
+} request_next;
+
+typedef seer_results* (*generate_v4)(seer_pipeline*, const request_v4*, size_t, const char*);
+
+static void show(const char* who, seer_results* r) {
+  if (!r) printf("%s refused: %s\n", who, seer_last_error());
+  else printf("%s answered: %s\n", who, r->items[0].error ? r->items[0].error : r->items[0].text);
+  if (r) seer_results_free(r);
+}
+
+int main(int argc, char** argv) {
+  seer_pipeline* pipe = seer_open(argv[1], NULL, NULL, 0);
+  if (!pipe) return printf("%s\n", seer_last_error()), 1;
+  static const int64_t ids[] = {PROMPT_IDS};
+  generate_v4 call_v4 = (generate_v4)(void (*)(void))seer_generate; /* the symbol an ABI 4 binary calls */
+  request_v4 old;
+  memset(&old, 0, sizeof old);
+  old.prompt_ids = ids, old.prompt_len = sizeof ids / sizeof ids[0], old.early_stop = 1;
+  show("v4", call_v4(pipe, &old, 1, NULL));
+  request_next next[2];
+  memset(next, 0, sizeof next);
+  for (int i = 0; i < 2; ++i) {
+    next[i].base = seer_request_defaults();
+    next[i].base.struct_size = sizeof(request_next);
+    next[i].base.prompt_ids = ids, next[i].base.prompt_len = sizeof ids / sizeof ids[0];
+    next[i].base.early_stop = 1, next[i].base.temperature = 0.8, next[i].base.top_p = 0.9, next[i].base.seed = 7;
+  }
+  show("next, later 0", seer_generate(pipe, &next[0].base, 2, NULL));
+  next[1].later = 1;
+  show("next, later 1", seer_generate(pipe, &next[0].base, 2, NULL));
+  seer_request now = seer_request_defaults();
+  now.prompt_ids = ids, now.prompt_len = sizeof ids / sizeof ids[0];
+  now.early_stop = 1, now.temperature = 0.8, now.top_p = 0.9, now.seed = 7;
+  show("v5", seer_generate(pipe, &now, 1, NULL));
+  seer_close(pipe);
+  return 0;
+}
+"""
+
+
+def test_c_abi_requests_of_older_and_newer_callers(cpp_build, folder, tmp_path):
+    """C ABI 5's request promise, with compiled callers: one built before ABI 5 (its struct has no struct_size) is
+    refused with an error that says so, never misread; one built against a later header is answered as an ABI 5
+    caller when the fields this library lacks are 0 (struct_size the stride of its array), and refused, naming the
+    byte, when it sets one; an ABI 5 caller's sampled answer is the Python runtime's."""
+    ids = CppRequests(folder).convert({"prompt": "count to 7 ."}, None)["prompt_ids"]
+    (tmp_path / "callers.c").write_text(ABI_CALLERS.replace("PROMPT_IDS", ", ".join(map(str, ids))))
+    build = ["cc", "-std=c99", "callers.c", f"-I{ROOT / 'cpp' / 'include'}", f"-L{cpp_build}", "-lseer",
+             f"-Wl,-rpath,{cpp_build}", "-o", "callers"]  # fmt: skip
+    out = run_cli(build, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_cli([tmp_path / "callers", folder], cwd=tmp_path, env={**os.environ, "SEER_ORT_LIBRARY": ort_library()})
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    py = SeerPipeline.from_manifest(folder)
+    try:
+        (want,) = py.generate([Request("count to 7 .", early_stop=True, temperature=0.8, top_p=0.9, seed=7)])
+    finally:
+        py.close()
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("v4 refused: seer_request.struct_size is "), lines
+    assert "before ABI 5 has no struct_size" in lines[0] and "seer_request_defaults()" in lines[0], lines
+    assert lines[1] == f"next, later 0 answered: {want.text}", lines
+    assert lines[2].startswith("next, later 1 refused: request 1 sets a field at byte "), lines
+    assert lines[3] == f"v5 answered: {want.text}", lines
 
 
 @pytest.fixture(scope="module")

@@ -90,6 +90,7 @@ RUNS = {
     ("Python", 0): ("test_readme.py", "test_readme_python_snippet_runs"),
     ("C++", 0): ("test_readme.py", "test_readme_cpp_commands_run"),
     ("C++", 1): ("test_cpp.py", "test_readme_cpp_example_builds_and_prints_what_it_says"),
+    ("C++", 2): ("test_cpp.py", "test_readme_c_sampled_request_prints_what_seer_run_answers"),
     ("Serving over HTTP (OpenAI's API)", 0): ("test_readme.py", "test_readme_http_blocks_run"),
     ("Serving over HTTP (OpenAI's API)", 1): ("test_readme.py", "test_readme_http_blocks_run"),
     ("Scaling out", 0): ("test_readme.py", "test_readme_ray_block_runs"),

@@ -3,8 +3,8 @@
 // In:  --engines DIR (a seer-export folder), --input requests.jsonl ('-': stdin), one JSON object per line:
 //      prompt_ids (chat-formatted, -200 where the image goes; seer-prompt-ids prints them), optional image_tiles
 //      (a .npy of float32 [tiles, 3, S, S]; seer-prompt-ids --tiles writes it), image_grid and image_size (anyres),
-//      gen_length, steps, block_length, decoding, window, seer, early_stop, cache, refresh_interval, and
-//      temperature 0 / remasking low_confidence / seed as seer-run takes them; or {"error": "..."}, a line
+//      gen_length, steps, block_length, decoding, window, seer, early_stop, cache, refresh_interval, temperature,
+//      top_p, seed, remasking and stop as seer-run / seer-serve take them; or {"error": "..."}, a line
 //      seer-prompt-ids could not convert, which fails as that error.
 // Out: one JSON result per line in --output (stdout by default), seer-run's fields (text, token_ids, window, kept,
 //      steps, gen_length, seconds, error, refreshes); seconds also holds "graphs", the time inside ONNX Runtime. Exit status:
@@ -47,7 +47,7 @@ const char* const USAGE =
     "usage: seer_run --engines DIR --input FILE.jsonl [--output FILE.jsonl] [--no-seer] [--early-stop]\n"
     "                [--gen-length N] [--steps N] [--decoding RULE] [--policy NAME] [--provider cpu|cuda|tensorrt]\n"
     "                [--device-id N] [--threads N] [--cache none|reuse|forecast] [--refresh-interval R]\n"
-    "                [--forecast-order 1|2] [--ort-library PATH]\n"
+    "                [--forecast-order 1|2] [--temperature T] [--top-p P] [--seed N] [--ort-library PATH]\n"
     "Answer JSONL requests (prompt_ids, image_tiles) with the Seer pipeline over ONNX Runtime; seer-run's fields.\n"
     "  --input        one request per line, of at most 24 * P + 65536 bytes (P: the export's largest prompt bucket;\n"
     "                 a longer line fails alone); '-' reads stdin\n"
@@ -57,6 +57,8 @@ const char* const USAGE =
     "                 >= TAU, at least one) or factor:F (LLaDA-V's Fast-dLLM rule) (default: the export's)\n"
     "  --policy       cost_model (default), hybrid, naive_pad, static, packed, per_request\n"
     "  --cache        prompt K/V cache: none (the exact loop), reuse (default, R = 8), forecast\n"
+    "  --temperature  0: greedy; (0, 2]: sampled, as seer-run samples (the export's by default)\n"
+    "  --top-p        nucleus sampling mass in (0, 1] (default 1); --seed: the requests' sampling seed (default 0)\n"
     "  --ort-library  libonnxruntime.so to load (default: $SEER_ORT_LIBRARY, else the build's SDK)\n";
 
 struct Usage : std::runtime_error {
@@ -113,15 +115,31 @@ seer::Request parse_request(const json& data, const seer_run::TileShape& tile_sh
     } else if (key == "early_stop") {
       r.early_stop = flag(v, "early_stop");
     } else if (key == "temperature") {
-      if (!v.is_null() && (!v.is_number() || v.get<double>() != 0.0))
-        throw seer::Error(seer::Error::Kind::Input, "temperature " + v.dump() + ": the C++ runtime decodes greedily "
-                                                    "(temperature 0); sample with seer-run");
+      if (v.is_null()) continue;
+      if (!v.is_number() || v.is_boolean())
+        throw seer::Error(seer::Error::Kind::Input, "temperature is " + python_value(v) + "; expected a number in "
+                                                        "[0, 2] (0: greedy; OpenAI's range)");
+      r.temperature = v.get<double>();
+    } else if (key == "top_p") {
+      if (!v.is_number() || v.is_boolean())
+        throw seer::Error(seer::Error::Kind::Input, "top_p is " + python_value(v) + "; expected a number in (0, 1] "
+                                                        "(1: the whole vocabulary)");
+      r.top_p = v.get<double>();
     } else if (key == "remasking") {
-      if (!v.is_null() && v != "low_confidence" && v != "topk_margin" && v != "entropy")
-        throw seer::Error(seer::Error::Kind::Input, "remasking " + v.dump() + ": the C++ runtime ranks by "
-                                                    "low_confidence, or by Dream's topk_margin / entropy; use seer-run "
-                                                    "for random remasking");
+      if (!v.is_null() && !v.is_string())
+        throw seer::Error(seer::Error::Kind::Input, "remasking is " + python_value(v) + "; expected a string");
       if (!v.is_null()) r.remasking = v.get<std::string>();
+    } else if (key == "stop") {
+      if (v.is_null()) continue;
+      const json list = v.is_string() ? json::array({v}) : v;  // OpenAI's stop: a string or a list of them
+      if (!list.is_array())
+        throw seer::Error(seer::Error::Kind::Input, "stop is " + python_value(v) + "; expected a string or a list of "
+                                                        "strings");
+      for (const json& q : list) {
+        if (!q.is_string())
+          throw seer::Error(seer::Error::Kind::Input, "stop holds " + python_value(q) + "; expected strings");
+        r.stop.push_back(q.get<std::string>());
+      }
     } else if (key == "decoding") {
       if (v.is_null()) continue;
       if (!v.is_string())  // Python's message (seer_trt.contracts.config.parse_decoding) for a value of another type
@@ -137,13 +155,16 @@ seer::Request parse_request(const json& data, const seer_run::TileShape& tile_sh
     } else if (key == "refresh_interval") {
       if (!v.is_null()) r.refresh_interval = whole(v, "refresh_interval");
     } else if (key == "seed") {
-      whole(v, "seed");  // greedy decoding draws nothing
+      const int64_t seed = whole(v, "seed");
+      if (seed < 0) throw seer::Error(seer::Error::Kind::Input, "seed is " + v.dump() + "; expected a whole number "
+                                                                "in [0, 2**63)");
+      r.seed = static_cast<uint64_t>(seed);
     } else {
       throw seer::Error(seer::Error::Kind::Input,
                         "unknown request key '" + key + "'; expected a subset of block_length, cache, decoding, "
                         "early_stop, gen_length, image_grid, image_size, image_tiles, prompt_ids, refresh_interval, "
-                        "remasking, seed, seer, steps, temperature, window (system and image: encode them with "
-                        "seer-prompt-ids)");
+                        "remasking, seed, seer, steps, stop, temperature, top_p, window (system, history and image: "
+                        "encode them with seer-prompt-ids)");
     }
   }
   return r;
@@ -196,6 +217,16 @@ Invocation parse_args(int argc, char** argv) {
       }
       throw Usage(a + " is '" + v + "'; expected a whole number");
     };
+    auto real = [&]() -> double {
+      const std::string v = value();
+      size_t used = 0;
+      try {
+        const double n = std::stod(v, &used);
+        if (used == v.size()) return n;
+      } catch (const std::exception&) {
+      }
+      throw Usage(a + " is '" + v + "'; expected a number");
+    };
     if (a == "-h" || a == "--help") {
       std::cout << USAGE;
       std::exit(0);
@@ -215,6 +246,9 @@ Invocation parse_args(int argc, char** argv) {
     else if (a == "--gen-length") inv.overrides["gen_length"] = integer();
     else if (a == "--steps") inv.overrides["steps"] = integer();
     else if (a == "--decoding") inv.overrides["decoding"] = value();
+    else if (a == "--temperature") inv.overrides["temperature"] = real();
+    else if (a == "--top-p") inv.overrides["top_p"] = real();
+    else if (a == "--seed") inv.overrides["seed"] = integer();
     else throw Usage("unknown argument " + a);
   }
   if (inv.engines.empty() || inv.input.empty()) throw Usage("--engines and --input are required");

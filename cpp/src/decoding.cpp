@@ -84,7 +84,193 @@ void spread(int64_t count, int64_t steps, std::vector<int64_t>& out) {
   for (int64_t i = 0; i < steps; ++i) out.push_back(count / steps + (i < count % steps ? 1 : 0));
 }
 
+constexpr uint64_t M1 = 0x9E3779B97F4A7C15ull, M2 = 0xBF58476D1CE4E5B9ull, M3 = 0x94D049BB133111EBull;
+
+// index of the first maximum, as np.argmax (a NaN wins at its first place, as numpy's does)
+int64_t argmax(const double* v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n && !std::isnan(v[best]); ++i)
+    if (v[i] > v[best] || std::isnan(v[i])) best = i;
+  return best;
+}
+
+// x ** temperature as numpy's power with a scalar exponent: its fast paths (1: x, 0.5: sqrt, 2: square), else pow
+double power(double x, double temperature) {
+  if (temperature == 1.0) return x;
+  if (temperature == 0.5) return std::sqrt(x);
+  if (temperature == 2.0) return x * x;
+  return std::pow(x, temperature);
+}
+
+// The nucleus of one position (seer_trt.runtime.decoding.nucleus) into keep [V]: the most probable ids under
+// softmax(scaled) whose mass before them is below top_p (the most probable always; ties to the lower id), in numpy's
+// order of operations: p = exp(scaled - max) / pairwise sum, a stable sort by -p, before = cumsum - ranked.
+void nucleus(const double* scaled, int64_t v, double top_p, std::vector<double>& p, std::vector<int64_t>& order,
+             std::vector<char>& keep) {
+  const double top = *std::max_element(scaled, scaled + v);
+  p.resize(v);
+  for (int64_t i = 0; i < v; ++i) p[i] = std::exp(scaled[i] - top);
+  const double total = pairwise_sum(p.data(), v);
+  for (int64_t i = 0; i < v; ++i) p[i] /= total;
+  order.resize(v);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return -p[a] < -p[b]; });
+  keep.assign(v, 0);
+  double cumsum = 0;
+  for (int64_t k = 0; k < v; ++k) {
+    const double ranked = p[order[k]];
+    cumsum = k == 0 ? ranked : cumsum + ranked;
+    keep[order[k]] = cumsum - ranked < top_p;
+  }
+}
+
+// Gumbel-max over one position's `v` candidates (shifted: their logits less the largest, float64): argmax of
+// exp(shifted) (0 outside the nucleus) / (-log u) ** temperature, u one draw per candidate at (seed, 2t, position).
+int64_t gumbel_max(const double* shifted, int64_t v, double temperature, const Draw& draw, int64_t position) {
+  thread_local std::vector<double> drawn, scaled, p;
+  thread_local std::vector<int64_t> order;
+  thread_local std::vector<char> keep;
+  drawn.resize(v);
+  for (int64_t i = 0; i < v; ++i) drawn[i] = std::exp(shifted[i]);
+  if (temperature > 0 && draw.nucleus) {
+    scaled.resize(v);
+    for (int64_t i = 0; i < v; ++i) scaled[i] = shifted[i] / temperature;
+    nucleus(scaled.data(), v, draw.top_p, p, order, keep);
+    for (int64_t i = 0; i < v; ++i) drawn[i] *= keep[i] ? 1.0 : 0.0;
+  }
+  const uint64_t step = 2 * static_cast<uint64_t>(draw.step);
+  for (int64_t i = 0; i < v; ++i)
+    drawn[i] /= power(-std::log(uniform(draw.seed, step, position, i)), temperature);
+  return argmax(drawn.data(), v);
+}
+
+// random remasking's rank of a position: the log of one draw at (seed, 2t + 1, position)
+double random_rank(const Draw& draw, int64_t position) {
+  return std::log(uniform(draw.seed, 2 * static_cast<uint64_t>(draw.step) + 1, position, 0));
+}
+
+// Temperature 0: the denoise graph's own argmax, ranked by its log-probability or by a Dream score it returns.
+class Greedy : public Predictor {
+ public:
+  explicit Greedy(std::string score) : score_(std::move(score)) {}
+  const char* graph() const override { return "denoise"; }
+  std::vector<std::string> reads(const GraphEntry&, const std::string& confidence) const override {
+    return {"x0", score_.empty() ? confidence : score_};
+  }
+  void predict(const CallOutputs& out, const int64_t* cells, int64_t count, const Draw&, int64_t* x0,
+               double* confidence) const override {
+    const int64_t* ids = out["x0"].i;
+    const float* conf = score_.empty() ? out.log_confidence : out[score_].f;
+    for (int64_t j = 0; j < count; ++j) x0[j] = ids[cells[j]], confidence[j] = static_cast<double>(conf[cells[j]]);
+  }
+
+ private:
+  std::string score_;
+};
+
+// Gumbel-max over denoise_logits in float64 (LLaDA's add_gumbel_noise; argmax at temperature 0), within the row's
+// nucleus; ranked by the prediction's log-probability under the full softmax, or a uniform draw (random remasking).
+class Sampled : public Predictor {
+ public:
+  Sampled(double temperature, bool random) : temperature_(temperature), random_(random) {}
+  const char* graph() const override { return "denoise_logits"; }
+  bool samples() const override { return true; }
+  std::vector<std::string> reads(const GraphEntry&, const std::string&) const override { return {"logits"}; }
+  void predict(const CallOutputs& out, const int64_t* cells, int64_t count, const Draw& draw, int64_t* x0,
+               double* confidence) const override {
+    const CallOutputs::Output& logits = out["logits"];
+    const int64_t v = logits.width;
+    std::vector<double> shifted(v), e(v);
+    for (int64_t j = 0; j < count; ++j) {
+      const float* l = logits.f + cells[j] * v;
+      double top = static_cast<double>(l[0]);
+      for (int64_t i = 1; i < v; ++i) top = std::max(top, static_cast<double>(l[i]));
+      for (int64_t i = 0; i < v; ++i) shifted[i] = static_cast<double>(l[i]) - top;
+      x0[j] = temperature_ > 0 ? gumbel_max(shifted.data(), v, temperature_, draw, j) : argmax(shifted.data(), v);
+      if (random_) {
+        confidence[j] = random_rank(draw, j);
+      } else {  // log softmax of x0, float64
+        for (int64_t i = 0; i < v; ++i) e[i] = std::exp(shifted[i]);
+        confidence[j] = shifted[x0[j]] - std::log(pairwise_sum(e.data(), v));
+      }
+    }
+  }
+
+ private:
+  double temperature_;
+  bool random_;
+};
+
+// Gumbel-max over denoise's top_logits / top_ids (an export without denoise_logits), within the row's nucleus of them;
+// ranked by the full softmax's log-probability of the drawn id (the graph's of its argmax plus the drawn id's shifted
+// logit), or a uniform draw (random remasking).
+class TopK : public Predictor {
+ public:
+  TopK(double temperature, bool random) : temperature_(temperature), random_(random) {}
+  const char* graph() const override { return "denoise"; }
+  bool samples() const override { return true; }
+  std::vector<std::string> reads(const GraphEntry&, const std::string& confidence) const override {
+    return {"top_logits", "top_ids", confidence};
+  }
+  void predict(const CallOutputs& out, const int64_t* cells, int64_t count, const Draw& draw, int64_t* x0,
+               double* confidence) const override {
+    const CallOutputs::Output &logits = out["top_logits"], &ids = out["top_ids"];
+    const int64_t k = logits.width;
+    std::vector<double> shifted(k);
+    for (int64_t j = 0; j < count; ++j) {
+      const float* l = logits.f + cells[j] * k;
+      for (int64_t i = 0; i < k; ++i) shifted[i] = static_cast<double>(l[i]) - static_cast<double>(l[0]);
+      const int64_t pick = gumbel_max(shifted.data(), k, temperature_, draw, j);
+      x0[j] = ids.i[cells[j] * k + pick];
+      confidence[j] = random_ ? random_rank(draw, j)
+                              : static_cast<double>(out.log_confidence[cells[j]]) + shifted[pick];
+    }
+  }
+
+ private:
+  double temperature_;
+  bool random_;
+};
+
 }  // namespace
+
+double uniform(uint64_t seed, uint64_t step, uint64_t position, uint64_t column) {
+  uint64_t z = seed * M1 + step * M2 + position * M3 + column;  // wraps, as numpy's uint64 does
+  z ^= z >> 30;
+  z *= M2;
+  z ^= z >> 27;
+  z *= M3;
+  z ^= z >> 31;
+  return (static_cast<double>(z >> 11) + 0.5) * 0x1p-53;
+}
+
+double pairwise_sum(const double* a, int64_t n) {
+  // numpy's pairwise_sum_DOUBLE (numpy/_core/src/umath/loops_utils.h.src), PW_BLOCKSIZE 128
+  if (n < 8) {
+    double res = 0.;
+    for (int64_t i = 0; i < n; ++i) res += a[i];
+    return res;
+  }
+  if (n <= 128) {
+    double r[8];
+    for (int k = 0; k < 8; ++k) r[k] = a[k];
+    int64_t i = 8;
+    for (; i < n - (n % 8); i += 8)
+      for (int k = 0; k < 8; ++k) r[k] += a[i + k];
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += a[i];
+    return res;
+  }
+  int64_t n2 = n / 2;
+  n2 -= n2 % 8;
+  return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+const CallOutputs::Output& CallOutputs::operator[](const std::string& name) const {
+  for (const auto& [n, o] : outputs)
+    if (n == name) return o;
+  throw Error(Error::Kind::Runtime, "the window graph's output '" + name + "' was not fetched");
+}
 
 std::shared_ptr<const Rule> Rule::of(const DecodingRule& rule) {
   if (rule.name == "threshold") return std::make_shared<Threshold>(rule);
@@ -142,16 +328,22 @@ Planned Timesteps::plan(int64_t length, int64_t steps, int64_t, int64_t) const {
 
 Decoding choose(const GenerationConfig& gen, const Manifest& manifest) {
   const std::string score = score_output(gen.remasking);
-  if (gen.remasking != "low_confidence" && !(!score.empty() && manifest.graph("denoise").output(score)))
+  const GraphEntry& denoise = manifest.graph("denoise");
+  const bool ranks = gen.remasking == "low_confidence" || gen.remasking == "random";
+  if (!ranks && !(!score.empty() && denoise.output(score)))
     throw input_error("remasking '" + gen.remasking + "': the C++ runtime ranks positions by the prediction's "
-                      "log-probability (low_confidence, Dream's maskgit_plus) or by a Dream score its denoise graph "
-                      "returns (topk_margin, entropy: an export of a Dream family); pass remasking low_confidence, or "
-                      "run " + gen.remasking + " with seer-run");
+                      "log-probability (low_confidence, Dream's maskgit_plus), by a uniform draw (random) or by a "
+                      "Dream score its denoise graph returns (topk_margin, entropy: an export of a Dream family); pass "
+                      "remasking low_confidence, or run " + gen.remasking + " with seer-run");
   const DecodingRule rule = gen.rule();
   if (!score.empty() && !rule.fixed())
     throw input_error("remasking '" + gen.remasking + "' ranks positions by a score that is not a probability; it "
                       "runs with decoding 'fixed' (Dream's loop), not '" + gen.decoding + "'; pass remasking "
                       "'low_confidence' for a rule that commits by probability");
+  if (!score.empty() && gen.temperature > 0)
+    throw input_error("remasking '" + gen.remasking + "' at temperature " + std::to_string(gen.temperature) +
+                      ": the C++ runtime ranks by a Dream score greedily only; pass temperature 0, or run it with "
+                      "seer-run");
   // GenerationConfig.schedule -> its counts (seer_trt.runtime.decoding.COUNTS; validate() admits these two)
   static const std::shared_ptr<const Counts> spread = std::make_shared<Spread>(),
                                              timesteps = std::make_shared<Timesteps>();
@@ -159,6 +351,15 @@ Decoding choose(const GenerationConfig& gen, const Manifest& manifest) {
   out.rule = Rule::of(rule);
   out.score = score;
   out.counts = gen.schedule == "dream" ? timesteps : spread;
+  out.temperature = gen.temperature;
+  if (gen.temperature == 0 && gen.remasking != "random") {
+    out.predictor = std::make_shared<Greedy>(score);
+  } else if (manifest.graphs.count("denoise_logits") == 0 && denoise.output("top_ids")) {
+    out.predictor = std::make_shared<TopK>(gen.temperature, gen.remasking == "random");
+  } else {
+    manifest.graph("denoise_logits");  // throws manifest_error naming the re-export
+    out.predictor = std::make_shared<Sampled>(gen.temperature, gen.remasking == "random");
+  }
   return out;
 }
 

@@ -31,9 +31,11 @@ bool same(const std::vector<float>& a, const std::vector<float>& b) {  // bit fo
 // when the K/V buffer it is bound to, or the history it reads, changes).
 struct Loop::Call {
   Layout layout;
-  std::vector<int64_t> gen_ids, x0;               // [b, g]
-  std::vector<const TensorSpec*> reads;           // the confidence and score outputs its rows read, in graph order
-  std::vector<std::vector<float>> scores;         // [reads][b, g]
+  std::vector<int64_t> gen_ids;                   // [b, g]
+  std::vector<const TensorSpec*> reads;           // the outputs its rows' predictors read, in graph order
+  std::vector<std::vector<float>> floats;         // [reads][b, g(, width)] the float32 ones
+  std::vector<std::vector<int64_t>> ints;         // [reads][b, g(, width)] the int64 ones
+  CallOutputs outputs;                            // views of them
   std::vector<float> weights;                     // a cached call's past_weights [M]
   NoCache none;                                   // a call that computes its prompts: the empty cache
   std::optional<GraphCall> bound;
@@ -169,7 +171,7 @@ void Loop::predict(const std::vector<Row*>& rows, Window& w) {
       continue;
     }
     const std::optional<std::vector<float>> weights = r.cache.plan(r.t, w.boundary[i]);
-    const std::string& graph = r.settings->decoding.graph;
+    const std::string graph = r.settings->decoding.graph();
     auto it = std::find_if(classes.begin(), classes.end(), [&](const Class& c) {
       return c.graph == graph && c.cached == weights.has_value() && (!weights || same(c.weights, *weights));
     });
@@ -234,7 +236,6 @@ Loop::Call& Loop::memo(const std::vector<int64_t>& key, const std::function<Layo
   auto call = std::make_unique<Call>();
   call->layout = make();
   call->gen_ids.assign(call->layout.batch * call->layout.answer, mask_);  // the cells past a row's window: the mask
-  call->x0.assign(call->gen_ids.size(), 0);
   layout_bytes_ += call->layout.bytes();
   calls_.emplace_back(key, std::move(call));
   by_key_[key] = std::prev(calls_.end());
@@ -246,9 +247,9 @@ Loop::Call& Loop::memo(const std::vector<int64_t>& key, const std::function<Layo
   return *calls_.back().second;
 }
 
-// A call's window inputs (prefix_embeds, gen_ids, segment_ids, position_ids) and the outputs its rows read: x0, the
-// log-probability (a 2.1 export's confidence) of the rows that rank by it, the Dream scores of those that rank by
-// one, in the graph's order. The caller binds the cache's inputs and outputs.
+// A call's window inputs (prefix_embeds, gen_ids, segment_ids, position_ids) and the outputs its rows' predictors
+// read (x0 and the log-probability, a 2.1 export's confidence, or a Dream score; the logits; the top ids), in the
+// graph's order. The caller binds the cache's inputs and outputs.
 GraphCall Loop::bind(const std::string& graph, Call& call, const std::vector<Row*>& members) {
   const Manifest& m = s_.manifest;
   Layout& l = call.layout;
@@ -259,24 +260,41 @@ GraphCall Loop::bind(const std::string& graph, Call& call, const std::vector<Row
   c.input("segment_ids", l.segment_ids.data(), "int32", {l.batch, l.seq()});
   c.input("position_ids", l.position_ids.data(), "int64", {l.batch, l.seq()});
 
+  const GraphEntry& entry = m.graph(graph);
   std::set<std::string> wanted;
-  for (const Row* r : members) {
-    const std::string& score = r->settings->decoding.score;
-    if (score.empty()) wanted.insert({"log_confidence", "confidence"});
-    else wanted.insert(score);
-  }
+  for (const Row* r : members)
+    for (const std::string& name : r->settings->decoding.predictor->reads(entry, confidence_.name))
+      wanted.insert(name);
   call.reads.clear();
-  for (const TensorSpec& t : m.graph(graph).outputs)
+  for (const TensorSpec& t : entry.outputs)
     if (wanted.count(t.name)) call.reads.push_back(&t);
-  call.scores.assign(call.reads.size(), std::vector<float>(call.gen_ids.size()));
-  c.output("x0", call.x0.data(), "int64", {l.batch, l.answer});
-  for (size_t o = 0; o < call.reads.size(); ++o)
-    c.output(call.reads[o]->name.c_str(), call.scores[o].data(), "float32", {l.batch, l.answer});
+  call.floats.assign(call.reads.size(), {});
+  call.ints.assign(call.reads.size(), {});
+  call.outputs = CallOutputs{};
+  for (size_t o = 0; o < call.reads.size(); ++o) {
+    const TensorSpec& t = *call.reads[o];
+    const int64_t width = t.shape.size() > 2 ? t.shape.back().size : 1;  // [b, g] or [b, g, k | V]
+    std::vector<int64_t> shape = {l.batch, l.answer};
+    if (t.shape.size() > 2) shape.push_back(width);
+    CallOutputs::Output view;
+    view.width = width;
+    if (t.dtype == "int64") {
+      call.ints[o].assign(call.gen_ids.size() * width, 0);
+      c.output(t.name.c_str(), call.ints[o].data(), "int64", shape);
+      view.i = call.ints[o].data();
+    } else {
+      call.floats[o].assign(call.gen_ids.size() * width, 0.0f);
+      c.output(t.name.c_str(), call.floats[o].data(), "float32", shape);
+      view.f = call.floats[o].data();
+    }
+    call.outputs.outputs.emplace_back(t.name, view);
+    if (t.name == confidence_.name) call.outputs.log_confidence = view.f;
+  }
   return c;
 }
 
-// gen_ids from the members' windows, the graph call, each member's prediction and its log-probability (or score)
-// into the step's x0 / confidence at its row `at`.
+// gen_ids from the members' windows, the graph call, then each member's predictor over its cells: its prediction and
+// log-probability (or score, or random rank) into the step's x0 / confidence at its row `at`.
 void Loop::run(Call& call, const std::vector<Row*>& members, const std::vector<int64_t>& at, int64_t width) {
   const Layout& l = call.layout;
   for (size_t k = 0; k < members.size(); ++k)
@@ -284,18 +302,17 @@ void Loop::run(Call& call, const std::vector<Row*>& members, const std::vector<i
   call.bound->run();
   for (size_t o = 0; o < call.reads.size(); ++o)
     if (call.reads[o]->name == confidence_.name && !confidence_.is_log)  // a 2.1 export: numpy's float32 log
-      log_in_place(call.scores[o].data(), call.scores[o].size());
+      log_in_place(call.floats[o].data(), call.floats[o].size());
+  // a call draws within nuclei when a row of it has top_p < 1 (Python's decoder takes the call's rows' top_p)
+  bool nucleus = false;
+  for (const Row* r : members) nucleus = nucleus || r->top_p < 1.0;
+  std::vector<int64_t> cells;
   for (size_t k = 0; k < members.size(); ++k) {
-    const std::string& score = members[k]->settings->decoding.score;
-    const std::string& name = score.empty() ? confidence_.name : score;
-    const auto read =
-        std::find_if(call.reads.begin(), call.reads.end(), [&](const TensorSpec* t) { return t->name == name; });
-    const std::vector<float>& values = call.scores[read - call.reads.begin()];
-    for (int64_t j = 0; j < members[k]->kept(); ++j) {
-      const int64_t cell = l.slot[k * l.width + j];
-      x0_[at[k] * width + j] = call.x0[cell];
-      conf_[at[k] * width + j] = static_cast<double>(values[cell]);
-    }
+    const Row& r = *members[k];
+    const Decoding& d = r.settings->decoding;
+    cells.assign(l.slot.begin() + k * l.width, l.slot.begin() + k * l.width + r.kept());
+    const Draw draw{r.seed, r.t, r.top_p, nucleus && d.temperature > 0};
+    d.predictor->predict(call.outputs, cells.data(), r.kept(), draw, &x0_[at[k] * width], &conf_[at[k] * width]);
   }
 }
 

@@ -5,9 +5,10 @@
 //      backend, the export, its K/V pool, the dispatch policy.
 // Out: each row's answer tokens, the steps it took part in and the refreshes of its prompt, as it steps.
 //
-// Per step, LLaDA-V's generate_with_embeds for every live row: the graph predicts x0 and its log-probability at every
-// position (special ids suppressed in the graph; a 2.1 export's probability is logged here, as numpy does), or a
-// Dream score it returns; positions past the row's block are not eligible; then the row's rule commits
+// Per step, LLaDA-V's generate_with_embeds for every live row: the row's Predictor (decoding.hpp) reads x0 and its
+// log-probability at every position from the graph (special ids suppressed in the graph; a 2.1 export's probability
+// is logged here, as numpy does), or a Dream score it returns, or draws x0 from the logits or the top ids with the
+// row's seed and step (Sampled, TopK); positions past the row's block are not eligible; then the row's rule commits
 // (decoding.hpp: fixed, threshold:τ, factor:f), comparing float64 log-probabilities. Under fixed the block comes from
 // the row's schedule; under threshold and factor a row's block is the one of its first position still to commit, and
 // a row may take as many steps as its window has positions. With early stopping a row that has committed <|eot_id|>
@@ -75,6 +76,8 @@ struct Row {
   int64_t stop;           // first committed stop id (kept: none)
   int64_t end = 0;        // its block end at the previous step
   std::string error;      // why it never stepped (its prompt K/V can never fit the pool)
+  uint64_t seed = 0;      // sampling noise (temperature > 0, random remasking): Request::seed
+  double top_p = 1.0;     // nucleus mass of sampling: Request::top_p
   int64_t key;            // unique in the process: what a call buffer's entry and a memoised call name it by
 
   int64_t kept() const { return static_cast<int64_t>(x.size()); }

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "seer/seer.hpp"
+
 namespace seer {
 namespace {
 
@@ -96,6 +98,17 @@ std::string mask_in_answer(const std::vector<int64_t>& ids, int64_t mask_id) {
          std::to_string(std::count(ids.begin(), ids.end(), mask_id)) + " of its " + std::to_string(ids.size()) +
          " positions from position " + std::to_string(first - ids.begin()) + "; the export is broken (non-finite " +
          "or corrupt weights): re-export it with validation (seer-export without --no-validate)";
+}
+
+std::string cut_at_stop(const std::string& text, const std::vector<std::string>& stop) {
+  // the occurrence that ends first, the longest of those ending at the same character (its start the earliest)
+  size_t cut = std::string::npos, end = std::string::npos;
+  for (const std::string& q : stop) {
+    const size_t at = text.find(q);
+    if (at == std::string::npos) continue;
+    if (at + q.size() < end || (at + q.size() == end && at < cut)) cut = at, end = at + q.size();
+  }
+  return cut == std::string::npos ? text : text.substr(0, cut);
 }
 
 }  // namespace seer

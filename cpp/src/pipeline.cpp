@@ -16,7 +16,9 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <iomanip>
 #include <mutex>
+#include <sstream>
 #include <tuple>
 #include <unistd.h>
 
@@ -36,6 +38,15 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 constexpr double HOST_KV_SHARE = 0.25;  // of the machine's memory, the pool's default budget (kv_cache.py)
+
+constexpr double MAX_TEMPERATURE = 2.0;  // seer_trt.contracts.config.GenerationConfig.MAX_TEMPERATURE
+constexpr size_t MAX_STOP = 4;          // stop sequences a request may hold (seer_trt.serving: OpenAI's limit)
+
+std::string number_text(double v) {  // as Python's repr would show it, near enough for a message
+  std::ostringstream out;
+  out << std::setprecision(17) << v;
+  return out.str();
+}
 
 struct Prepared {
   size_t index;
@@ -92,7 +103,8 @@ struct Pipeline::Impl {
   GroupRun start_group(const Key& key, const std::vector<Request>& requests, const std::vector<Prepared>& rows);
   // every started group's rows stepped in one loop to the end, each joining as its K/V slot fits the pool
   void denoise(std::vector<GroupRun>& runs, const std::string& policy, std::atomic<int64_t>* clock);
-  std::vector<Result> answers(GroupRun& run, const Key& key, const std::vector<Prepared>& rows, int64_t loop_ns) const;
+  std::vector<Result> answers(GroupRun& run, const Key& key, const std::vector<Request>& requests,
+                              const std::vector<Prepared>& rows, int64_t loop_ns) const;
   std::string too_large(const Row& row) const;
 };
 
@@ -107,6 +119,21 @@ GenerationConfig Pipeline::Impl::generation(const Request& r) const {
     }
   }
   if (r.remasking) gen.remasking = *r.remasking;
+  if (r.temperature) {  // seer_trt.runtime.request.check_settings' bounds and words
+    if (!(*r.temperature >= 0 && *r.temperature <= MAX_TEMPERATURE))
+      throw input_error("temperature is " + number_text(*r.temperature) + "; expected a number in [0, 2] (0: greedy; "
+                        "OpenAI's range)");
+    gen.temperature = *r.temperature;
+  }
+  if (r.seed >= (uint64_t{1} << 63))
+    throw input_error("seed is " + std::to_string(r.seed) + "; expected a whole number in [0, 2**63)");
+  if (!(r.top_p > 0 && r.top_p <= 1))
+    throw input_error("top_p is " + number_text(r.top_p) + "; expected a number in (0, 1] (1: the whole vocabulary)");
+  if (r.stop.size() > MAX_STOP)
+    throw input_error("stop holds " + std::to_string(r.stop.size()) + " sequences; expected at most " +
+                      std::to_string(MAX_STOP) + " (OpenAI's limit)");
+  for (const std::string& q : r.stop)
+    if (q.empty()) throw input_error("a stop sequence is empty; expected at least one character");
   choose(gen, manifest);  // refuses a remasking the C++ runtime cannot rank by (decoding.hpp)
   if (r.gen_length) {  // a new window: the export's rule (manifest "lengths", WindowRule) shapes its blocks and steps
     const int64_t n = *r.gen_length;
@@ -246,11 +273,13 @@ GroupRun Pipeline::Impl::start_group(const Key& key, const std::vector<Request>&
     std::vector<float> fraction;
     if (!schedule.fraction.empty())
       fraction.assign(schedule.fraction.begin() + from, schedule.fraction.begin() + from + steps);
+    const Request& request = requests[rows[i].index];
     auto row = std::make_unique<Row>(
         settings, with_tail(prompts[i], kept[i], row_bytes),
         std::vector<int64_t>(schedule.transfer.begin() + from, schedule.transfer.begin() + from + steps),
         std::vector<int64_t>(schedule.block_end.begin() + from, schedule.block_end.begin() + from + steps),
         std::move(fraction), kept[i], special.mask_id);
+    row->seed = request.seed, row->top_p = request.top_p;
     if (step0) {  // the full-depth step zero's prediction of the row's window
       row->step0_x0.assign(zero.x0.begin() + i * n, zero.x0.begin() + i * n + kept[i]);
       row->step0_confidence.assign(zero.confidence.begin() + i * n, zero.confidence.begin() + i * n + kept[i]);
@@ -286,6 +315,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
   std::vector<std::string> graphs = {"embed", "denoise"};
   if (!m.vision.text_only()) graphs.push_back(m.vision.graph());
   if (!m.seer.full_depth()) graphs.push_back("step_zero");
+  if (m.graphs.count("denoise_logits")) graphs.push_back("denoise_logits");  // sampled requests' window graph
   // the inputs and outputs this runtime feeds and reads (seer_trt/contracts/graphs.py); another contract is refused here,
   // not at the first request
   const std::vector<std::string> window_inputs = {"prefix_embeds", "gen_ids", "segment_ids", "position_ids"};
@@ -294,6 +324,7 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
       {"vision", {{"pixel_values"}, {"image_features", "image_newline"}}},
       {"image_tokens", {{"pixel_values"}, {"image_ids"}}},
       {"denoise", {window_inputs, {"x0", confidence_output(m.graph("denoise")).name, "p_end"}}},
+      {"denoise_logits", {window_inputs, {"logits"}}},
       {"step_zero", {window_inputs, {m.seer.signal == "probe" ? "probe_score" : "sparsity"}}}};
   for (const std::string& g : graphs) {
     const GraphEntry& entry = m.graph(g);
@@ -301,7 +332,8 @@ std::unique_ptr<Pipeline> Pipeline::open(const std::string& folder, const Option
     for (const auto& t : entry.inputs) inputs.push_back(t.name);
     for (const auto& t : entry.outputs) outputs.push_back(t.name);
     const auto& [want_in, want_out] = contract.at(g);
-    if (g == "denoise" && inputs.size() > want_in.size()) inputs.resize(want_in.size());  // then its cache (below)
+    if ((g == "denoise" || g == "denoise_logits") && inputs.size() > want_in.size())
+      inputs.resize(want_in.size());  // then its cache (below)
     bool ok = inputs == want_in;
     for (const auto& o : want_out) ok &= std::find(outputs.begin(), outputs.end(), o) != outputs.end();
     if (!ok) {
@@ -382,8 +414,8 @@ void Pipeline::Impl::denoise(std::vector<GroupRun>& runs, const std::string& pol
   }
 }
 
-std::vector<Result> Pipeline::Impl::answers(GroupRun& run, const Key& key, const std::vector<Prepared>& rows,
-                                            int64_t loop_ns) const {
+std::vector<Result> Pipeline::Impl::answers(GroupRun& run, const Key& key, const std::vector<Request>& requests,
+                                            const std::vector<Prepared>& rows, int64_t loop_ns) const {
   const auto t0 = Clock::now();
   std::vector<Result> out(rows.size());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -401,6 +433,8 @@ std::vector<Result> Pipeline::Impl::answers(GroupRun& run, const Key& key, const
       continue;
     }
     res.text = detokenizer->decode(res.token_ids);
+    const std::vector<std::string>& stop = requests[rows[i].index].stop;
+    if (res.text && !stop.empty()) res.text = cut_at_stop(*res.text, stop);
     res.kept = row.kept(), res.steps = row.used, res.gen_length = key.gen.gen_length, res.refreshes = row.refreshes;
   }
   run.clock.detokenize = since(t0);
@@ -440,7 +474,7 @@ std::vector<Result> Pipeline::generate(const std::vector<Request>& requests, con
   const double denoise_s = since(t0);
   for (size_t g = 0; g < groups.size(); ++g) {
     runs[g].clock.denoise = denoise_s;
-    std::vector<Result> out = im.answers(runs[g], groups[g].first, groups[g].second, loop_ns.load());
+    std::vector<Result> out = im.answers(runs[g], groups[g].first, requests, groups[g].second, loop_ns.load());
     for (size_t i = 0; i < out.size(); ++i) results[groups[g].second[i].index] = std::move(out[i]);
   }
   return results;

@@ -21,31 +21,48 @@ import numpy as np
 from seer_trt.contracts.errors import ConfigError, InputError, ManifestError
 
 STAGES = ("preprocess", "step_zero", "boundary", "dispatch", "packing", "denoise", "detokenize", "graphs")
-ABI_VERSION = 4
+ABI_VERSION = 5
 _I64 = ctypes.POINTER(ctypes.c_int64)
 
 
-class _Request(ctypes.Structure):
+class _Image(ctypes.Structure):
     _fields_ = [
-        ("prompt_ids", _I64),
-        ("prompt_len", ctypes.c_size_t),
         ("pixel_values", ctypes.POINTER(ctypes.c_float)),
         ("tiles", ctypes.c_int64),
         ("grid_cols", ctypes.c_int64),
         ("grid_rows", ctypes.c_int64),
-        ("image_width", ctypes.c_int64),
-        ("image_height", ctypes.c_int64),
+        ("width", ctypes.c_int64),
+        ("height", ctypes.c_int64),
+    ]
+
+
+class _Request(ctypes.Structure):
+    """``seer_request`` of ABI 5: ``struct_size`` first, the stride of a request array (seer_c.h)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("prompt_ids", _I64),
+        ("prompt_len", ctypes.c_size_t),
+        ("image", _Image),
         ("gen_length", ctypes.c_int64),
         ("steps", ctypes.c_int64),
         ("block_length", ctypes.c_int64),
         ("window", ctypes.c_int64),
-        ("no_seer", ctypes.c_int32),
+        ("seer", ctypes.c_int32),
         ("early_stop", ctypes.c_int32),
         ("cache", ctypes.c_char_p),
         ("refresh_interval", ctypes.c_int64),
         ("decoding", ctypes.c_char_p),
         ("remasking", ctypes.c_char_p),
+        ("temperature", ctypes.c_double),
+        ("seed", ctypes.c_uint64),
+        ("top_p", ctypes.c_double),
+        ("stop", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_stop", ctypes.c_size_t),
     ]
+
+
+SEER_OFF = -1  # seer_request.seer: the padded baseline
 
 
 class _Result(ctypes.Structure):
@@ -130,7 +147,8 @@ class CppPipeline:
     def generate(self, requests: Sequence[Mapping[str, Any]], policy: str | None = None) -> list[dict[str, Any]]:
         """One result dict per request. A request: ``prompt_ids``, optional ``pixel_values`` (an array [tiles, 3,
         S, S] float32) or ``image_tiles`` (its .npy path), ``image_grid``, ``image_size``, ``gen_length``, ``steps``,
-        ``block_length``, ``decoding``, ``window``, ``seer``, ``early_stop``, ``cache``, ``refresh_interval``.
+        ``block_length``, ``decoding``, ``window``, ``seer``, ``early_stop``, ``cache``, ``refresh_interval``,
+        ``temperature``, ``remasking``, ``seed``, ``top_p``, ``stop`` (the text ends before the first).
 
         A request whose ``decoding`` is not text fails alone with Python's message (the C ABI takes text)."""
         failed = {i: _decoding_error(r["decoding"]) for i, r in enumerate(requests)
@@ -143,6 +161,7 @@ class CppPipeline:
         keep: list[Any] = []  # arrays the C structs point into, alive through the call
         structs = (_Request * len(requests))()
         for c, r in zip(structs, requests, strict=True):
+            c.struct_size = ctypes.sizeof(_Request)
             ids = np.ascontiguousarray(r["prompt_ids"], dtype=np.int64)
             keep.append(ids)
             c.prompt_ids, c.prompt_len = ids.ctypes.data_as(_I64), len(ids)
@@ -153,15 +172,24 @@ class CppPipeline:
                 pixels = np.ascontiguousarray(pixels, dtype=np.float32)
                 pixels = pixels[None] if pixels.ndim == 3 else pixels
                 keep.append(pixels)
-                c.pixel_values, c.tiles = pixels.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), len(pixels)
-            c.grid_cols, c.grid_rows = r.get("image_grid") or (0, 0)
-            c.image_width, c.image_height = r.get("image_size") or (0, 0)
-            for name in ("gen_length", "steps", "block_length", "window", "refresh_interval"):
+                c.image.pixel_values = pixels.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+                c.image.tiles = len(pixels)
+            c.image.grid_cols, c.image.grid_rows = r.get("image_grid") or (0, 0)
+            c.image.width, c.image.height = r.get("image_size") or (0, 0)
+            for name in ("gen_length", "steps", "block_length", "window", "refresh_interval", "seed"):
                 setattr(c, name, r.get(name) or 0)
             c.cache = None if r.get("cache") is None else str(r["cache"]).encode()
             c.decoding = None if r.get("decoding") is None else r["decoding"].encode()
             c.remasking = None if r.get("remasking") is None else str(r["remasking"]).encode()
-            c.no_seer, c.early_stop = not r.get("seer", True), bool(r.get("early_stop", False))
+            c.seer, c.early_stop = 0 if r.get("seer", True) else SEER_OFF, bool(r.get("early_stop", False))
+            c.temperature = -1.0 if r.get("temperature") is None else float(r["temperature"])
+            c.top_p = float(r.get("top_p", 1.0))
+            stop = r.get("stop") or []
+            stop = [stop] if isinstance(stop, str) else list(stop)
+            if stop:
+                array = (ctypes.c_char_p * len(stop))(*(str(q).encode() for q in stop))
+                keep.append(array)
+                c.stop, c.num_stop = array, len(stop)
         out = self.lib.seer_generate(self.handle, structs, len(requests), policy.encode() if policy else None)
         if not out:
             raise ConfigError(self.lib.seer_last_error().decode())

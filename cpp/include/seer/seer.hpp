@@ -7,8 +7,9 @@
 //      answer text where the export's tokenizer decoder is one this library reads (word-level, byte-level).
 //
 //     prompt ids, tiles ─► embed / vision graphs ─► step zero ─► boundary ─► truncation + step budget
-//     ─► one greedy denoising loop over every row (each step's calls split by the dispatch policy: static /
-//        packed / eager; fixed, threshold or factor rule; the prompt K/V cache) ─► answer ids
+//     ─► one denoising loop over every row (each step's calls split by the dispatch policy: static / packed / eager;
+//        greedy or sampled with the request's temperature, top_p and seed; fixed, threshold or factor rule; the
+//        prompt K/V cache) ─► answer ids
 //
 // ONNX Runtime is loaded with dlopen at run time (Options::ort_library), so a service picks its ORT build
 // (CPU, CUDA, TensorRT EP) without relinking. A Pipeline may be used from several threads at once.
@@ -82,7 +83,17 @@ struct Request {
   bool early_stop = false;           // LLaDA-V's stopping_criteria=['<|eot_id|>']
   std::optional<std::string> cache;  // "none" | "reuse" | "forecast"; unset: Options::cache
   std::optional<int64_t> refresh_interval;  // unset: Options::refresh_interval
+  // 0: greedy; (0, 2]: Gumbel sampling over denoise_logits where exported, else denoise's top ids (docs/DESIGN.md
+  // "Decoding strategies"); unset: the export's
+  std::optional<double> temperature;
+  uint64_t seed = 0;                 // sampling noise (temperature > 0, random remasking), in [0, 2**63)
+  double top_p = 1.0;                // nucleus sampling: draw from the smallest set of ids holding this mass, (0, 1]
+  std::vector<std::string> stop;     // the answer text ends before the first of these (at most 4, none empty)
 };
+
+// The answer text cut before the stop sequence that ends first in it, the longest of those ending at the same
+// character (seer_trt.serving.stops.cut_at_stop, on UTF-8 bytes: a match of valid UTF-8 starts on a character).
+std::string cut_at_stop(const std::string& text, const std::vector<std::string>& stop);
 
 // Seconds per stage; batched stages count the whole batch's time, as seer_trt's Result.seconds does.
 struct Timings {
@@ -97,7 +108,8 @@ struct Result {
   int64_t steps = 0;               // denoising steps this row took part in
   int64_t gen_length = 0;          // N
   Timings seconds;
-  std::optional<std::string> text; // the answer, special tokens dropped; none when the decoder is not readable
+  std::optional<std::string> text; // the answer, special tokens dropped, cut at a stop sequence; none when the
+                                   // decoder is not readable
   std::string error;               // why this request failed ("" when it did not); the fields above are empty then
   int64_t refreshes = 0;           // denoising steps that computed the prompt (every graph call under cache none)
   bool ok() const { return error.empty(); }
