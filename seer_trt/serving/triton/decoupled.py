@@ -72,13 +72,14 @@ class Answer:
 
         err = future.exception()
         self.results[row] = Result.failed(message(err), error_kind(err)) if err else future.result()
-        with self.lock:
-            self.left -= 1
+        response = self.response() if self.left == 1 else None
+        with self.lock:  # held while the final response goes: no is_cancelled() after it (the server frees the
+            self.left -= 1  # request then; asking later crashed tritonserver 2.51 in ResponseFactoryIsCancelled)
             if self.left:
                 return
             self.closed = True
+            self.sender.send(response or self.response(), flags=self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         self.model.forget(self)
-        self.sender.send(self.response(), flags=self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def response(self) -> Any:
         pb = self.model.pb
@@ -97,9 +98,11 @@ class Answer:
         return pb.InferenceResponse(write_outputs(pb, answers, texts))
 
     def cancelled(self) -> bool:
-        """Whether Triton says the client cancelled this request (a Python backend without the call: never)."""
+        """Whether Triton says the client cancelled this request (a Python backend without the call: never); asked
+        only before its final response is sent."""
         check = getattr(self.request, "is_cancelled", None)
-        return bool(check()) if check is not None else False
+        with self.lock:
+            return not self.closed and check is not None and bool(check())
 
 
 class Model:
