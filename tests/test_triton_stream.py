@@ -384,3 +384,23 @@ def test_readme_client_snippet_runs_against_the_server(engine_server):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == re.search(r"It prints `([^`]+)`", serving).group(1)  # answer, L*, steps
+
+
+@pytest.mark.serving
+def test_concurrent_streams_are_all_answered(engine_server, expected):
+    """16 clients, a stream each, 3 requests a stream (48 in all, bounded by TIMEOUT_S each): every answer is seer-run's
+    and the server lives on (asking a request whether it was cancelled after its final response crashed it once)."""
+    picks = [[(k * 3 + j) % len(CASES) for j in range(3)] for k in range(16)]
+    found: dict[int, list] = {}
+
+    def client(k: int) -> None:
+        found[k] = stream(engine_server.grpc_url, inputs, [CASES[i] for i in picks[k]])
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S)
+    assert sorted(found) == list(range(16)) and engine_server.process.poll() is None
+    for k, responses in found.items():
+        assert [r[-1][1] for r in responses] == [wanted(expected[i]) for i in picks[k]]
