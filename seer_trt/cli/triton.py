@@ -20,8 +20,9 @@ PROG = "seer-triton"
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(
         prog=PROG,
-        description="Write a Triton model repository serving an export with Seer: an orchestrator model (Python "
-        "backend, BLS) running the seer_trt pipeline, and one component model per graph.",
+        description="Write a Triton model repository serving an export with Seer: one decoupled Python-backend model "
+        "whose one engine runs the export in-process and streams (--orchestration bls: an orchestrator calling one "
+        "component model per graph through BLS).",
     )
     add_engines(ap, "export folder written by seer-export / seer-build")
     ap.add_argument("--out", type=Path, required=True, help="model repository folder to write")

@@ -185,7 +185,9 @@ class Model:
                 where = f"row {i}: " if len(group) > 1 else ""
                 responses.append(error_response(pb, where + a.error, a.error_kind))
                 continue
-            responses.append(pb.InferenceResponse(write_outputs(pb, *cut(answers, seqs, self.engine.decode))))
+            responses.append(
+                pb.InferenceResponse(write_outputs(pb, *cut(answers, seqs, lambda ids: self.engine.decode(ids))))
+            )
         return responses
 
     def answer(self, flat: list) -> list:

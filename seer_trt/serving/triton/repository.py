@@ -5,6 +5,12 @@ In:  an export folder (``manifest.json``, ONNX graphs, ``tokenizer/``; TensorRT 
 Out: REPO/, written to a temporary folder, checked, then moved into place:
 
     REPO/.seer-triton.json           marks the folder as seer-triton's: --force replaces nothing else
+
+  --orchestration engine (default): one model
+    REPO/NAME/config.pbtxt           decoupled Python backend, one instance (templates/model.py, role "decoupled")
+    REPO/NAME/1/export/              the whole export (hard links): what SeerPipeline.from_manifest opens
+
+  --orchestration bls:
     REPO/NAME/config.pbtxt           orchestrator: Python backend, dynamic batching, BLS to the components
     REPO/NAME/1/model.py             the Python-backend entry (templates/model.py), role "orchestrator"
     REPO/NAME/1/export/              manifest.json + tokenizer/: what SeerPipeline reads
