@@ -220,6 +220,30 @@ def test_every_field_maps_as_seer_serve_maps_it(model, fixture_export):
         assert flags == FINAL and response.error.code == "INVALID_ARG" and w in response.error.text, response.error.text
 
 
+def test_an_internal_failure_answers_internal(model, monkeypatch):
+    """A graph call that fails (the backend, not the request): the request's final response is an INTERNAL error
+    naming it, and the next request is answered."""
+    backend = model.pipeline.backend
+    run = backend.run
+
+    def broken(graph, *args, **kwargs):
+        if graph == "denoise":
+            raise RuntimeError("the denoise session is gone")
+        return run(graph, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "run", broken)
+    request = FakeRequest("repeat cat 3 times .", seer=False, gen_length=32, decoding="fixed")
+    model.execute([request])
+    assert request.sender.done.wait(TIMEOUT_S)
+    ((response, flags),) = request.sender.sent
+    assert flags == FINAL and response.error.code == "INTERNAL"
+    assert response.error.text == "RuntimeError: the denoise session is gone"
+    monkeypatch.setattr(backend, "run", run)
+    again = FakeRequest("count to 3 .")
+    model.execute([again])
+    assert again.sender.done.wait(TIMEOUT_S) and again.sender.sent[-1][0].error is None
+
+
 # ---- the real server ---------------------------------------------------------------------------------------------
 
 
