@@ -20,8 +20,9 @@ PROG = "seer-triton"
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(
         prog=PROG,
-        description="Write a Triton model repository serving an export with Seer: an orchestrator model (Python "
-        "backend, BLS) running the seer_trt pipeline, and one component model per graph.",
+        description="Write a Triton model repository serving an export with Seer: one decoupled Python-backend model "
+        "whose one engine runs the export in-process and streams (--orchestration bls: an orchestrator calling one "
+        "component model per graph through BLS).",
     )
     add_engines(ap, "export folder written by seer-export / seer-build")
     ap.add_argument("--out", type=Path, required=True, help="model repository folder to write")
@@ -41,7 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="gpu flavour: instances of each component on each GPU (default: 1)",
     )
     add_threads(ap, help="ONNX Runtime threads per cpu component")
-    add_cache(ap, default="none", orders=False, why="; the orchestrator's BLS calls move tensors through host memory")
+    ap.add_argument("--orchestration", default="engine", choices=("engine", "bls"),
+                    help="engine: one decoupled model whose one engine runs the export in-process and streams; bls: "
+                    "an orchestrator per instance calling one component model per graph, whole answers only "
+                    "(default: engine)")  # fmt: skip
+    add_cache(ap, default=None, orders=False, why=": seer-run's for --orchestration engine, none for bls, whose "
+              "calls move tensors through host memory")  # fmt: skip
     ap.add_argument("--force", action="store_true", help="replace a repository seer-triton wrote at --out; a folder "
                     "holding anything else is never replaced")  # fmt: skip
     add_verbose(ap)
@@ -63,9 +69,9 @@ def work(args: argparse.Namespace) -> int:
     from seer_trt.contracts.policies import CacheConfig
     from seer_trt.serving.triton.repository import plan_repository, write_repository
 
-    cache = CacheConfig(args.cache, args.refresh_interval)
+    cache = None if args.cache is None else CacheConfig(args.cache, args.refresh_interval)
     plan = plan_repository(args.engines, args.flavour, args.name, args.instances, args.threads, cache, args.gpus,
-                           args.component_instances)  # fmt: skip
+                           args.component_instances, args.orchestration)  # fmt: skip
     out = write_repository(plan, args.out, args.force)
     for model in plan.models:
         print(f"{model.name}: {model.platform or model.backend}")

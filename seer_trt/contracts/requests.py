@@ -83,10 +83,9 @@ FIELDS: tuple[RequestField, ...] = (
         "bytes",
         "no image",
         "an encoded PNG or JPEG file (HTTP: an image_url part, a data: URL "
-        "or a fetched URL; C: the preprocessed tiles in pixel_values)",
+        "or a fetched URL; C: the preprocessed tiles and their geometry, a seer_image)",
         "TYPE_STRING",
         http=MESSAGES,
-        c="pixel_values",
     ),  # fmt: skip
     RequestField(
         "system",

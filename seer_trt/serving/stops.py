@@ -23,6 +23,31 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 
+from seer_trt.contracts.errors import InputError
+from seer_trt.contracts.requests import MAX_STOPS
+
+
+def check_stops(seqs: Sequence[str], max_chars: int) -> tuple[str, ...]:
+    """A request's stop sequences, checked: at most ``MAX_STOPS``, none empty, each at most ``max_chars`` characters
+    (``Limits.max_answer_chars``: a longer one could never end an answer, and matching costs grow with its length).
+
+    Raises:
+        InputError: more than four, one that is not text or is empty, or one past ``max_chars``.
+    """
+    seqs = tuple(seqs)
+    if len(seqs) > MAX_STOPS:
+        raise InputError(f"stop has {len(seqs)} sequences; send at most {MAX_STOPS}")
+    if any(not isinstance(q, str) for q in seqs):
+        raise InputError("stop holds a sequence that is not text; send strings")
+    if any(not q for q in seqs):
+        raise InputError("stop holds an empty sequence; every stop sequence needs a character")
+    longest = max(map(len, seqs), default=0)
+    if longest > max_chars:
+        raise InputError(f"stop holds a sequence of {longest} characters, more than the {max_chars} accepted (what "
+                         f"the largest answer window can hold, max_answer_chars: a longer one could never match); "
+                         f"send a shorter one")  # fmt: skip
+    return seqs
+
 
 def kmp_next(seq: str) -> array:
     """[m] Knuth, Morris and Pratt's improved ``next`` table of ``seq``: after ``seq[:k]`` has matched, a character
@@ -109,3 +134,41 @@ def ids_holding(ids: Sequence[int], text: str, decode: Callable[[list[int]], str
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if decode(list(ids[:mid])).startswith(text) else (mid + 1, hi)
     return lo
+
+
+class TextStream:
+    """Answer ids as they become final -> the text to send: each time the new suffix of the whole final prefix,
+    decoded, held back while that text does not extend what was sent (a character whose bytes are not all final,
+    a merge a later id changes) and while it may begin a stop sequence. The stop sequences cut it where they cut the
+    whole answer (``seer_trt.serving.stops``), and a push scans only the text that is new: its cost grows with that
+    text, not with the sequences' length."""
+
+    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = ()) -> None:
+        self.decode = decode
+        self.scan = StopScan(stop)  # the answer ends before the first of these to end; text that may begin one waits
+        self.stopped = False  # a stop sequence was met: nothing more is sent
+        self.ids: list[int] = []
+        self.sent = ""
+
+    def push(self, ids: list[int]) -> str:
+        self.ids += ids
+        return self._extend(self.decode(self.ids), hold_partial=True)
+
+    def finish(self, text: str) -> str:
+        """The rest of the answer's final text (``Result.text``)."""
+        return self._extend(text, hold_partial=False)
+
+    def _extend(self, text: str, hold_partial: bool) -> str:
+        if self.stopped:
+            return ""
+        if hold_partial:  # a character whose bytes are not all final yet decodes as U+FFFD: not scanned, not sent
+            text = text.rstrip("\ufffd")
+        cut = self.scan.feed(text)
+        if cut is not None:
+            text, self.stopped = text[:cut], True
+        elif hold_partial:  # a stop sequence may begin in the text's last characters
+            text = text[: len(text) - self.scan.held]
+        if not text.startswith(self.sent):
+            return ""
+        delta, self.sent = text[len(self.sent) :], text
+        return delta

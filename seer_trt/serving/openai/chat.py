@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seer_trt.contracts.errors import SeerError
-from seer_trt.contracts.requests import MAX_STOPS, OWN_HTTP, limits
+from seer_trt.contracts.errors import InputError, SeerError
+from seer_trt.contracts.requests import OWN_HTTP, limits
 from seer_trt.runtime.request import Request, Result
-from seer_trt.serving.stops import StopScan, ids_holding
+from seer_trt.serving.stops import TextStream, check_stops, ids_holding  # noqa: F401 - chat.TextStream as before
 
 if TYPE_CHECKING:
     from seer_trt.runtime.engine import Limits
@@ -260,19 +260,13 @@ def stops(chat: ChatRequest, max_chars: int) -> tuple[str, ...]:
     could never end an answer, and matching costs grow with its length).
 
     Raises:
-        ApiError: 400, more than four, an empty one, or one past ``max_chars``.
+        ApiError: 400, more than four, an empty one, or one past ``max_chars`` (``stops.check_stops``).
     """
     seqs = () if chat.stop is None else (chat.stop,) if isinstance(chat.stop, str) else tuple(chat.stop)
-    if len(seqs) > MAX_STOPS:
-        raise ApiError(f"stop has {len(seqs)} sequences; send at most {MAX_STOPS}", 400, "stop")
-    if any(not q for q in seqs):
-        raise ApiError("stop holds an empty sequence; every stop sequence needs a character", 400, "stop")
-    longest = max(map(len, seqs), default=0)
-    if longest > max_chars:
-        raise ApiError(f"stop holds a sequence of {longest} characters, more than the {max_chars} accepted (what "
-                       f"the largest answer window can hold, max_answer_chars: a longer one could never match); "
-                       f"send a shorter one", 400, "stop")  # fmt: skip
-    return seqs
+    try:
+        return check_stops(seqs, max_chars)
+    except InputError as err:
+        raise ApiError(str(err), 400, "stop") from None
 
 
 def to_request(chat: ChatRequest, limits: Limits, fetched: Mapping[str, bytes] | None = None) -> Request:
@@ -426,41 +420,3 @@ def usage(prompt_tokens: int, result: Result, text: str, decode: Callable[[list[
 
 def now() -> int:
     return int(time.time())
-
-
-class TextStream:
-    """Answer ids as they become final -> the text to send: each time the new suffix of the whole final prefix,
-    decoded, held back while that text does not extend what was sent (a character whose bytes are not all final,
-    a merge a later id changes) and while it may begin a stop sequence. The stop sequences cut it where they cut the
-    whole answer (``seer_trt.serving.stops``), and a push scans only the text that is new: its cost grows with that
-    text, not with the sequences' length."""
-
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = ()) -> None:
-        self.decode = decode
-        self.scan = StopScan(stop)  # the answer ends before the first of these to end; text that may begin one waits
-        self.stopped = False  # a stop sequence was met: nothing more is sent
-        self.ids: list[int] = []
-        self.sent = ""
-
-    def push(self, ids: list[int]) -> str:
-        self.ids += ids
-        return self._extend(self.decode(self.ids), hold_partial=True)
-
-    def finish(self, text: str) -> str:
-        """The rest of the answer's final text (``Result.text``)."""
-        return self._extend(text, hold_partial=False)
-
-    def _extend(self, text: str, hold_partial: bool) -> str:
-        if self.stopped:
-            return ""
-        if hold_partial:  # a character whose bytes are not all final yet decodes as U+FFFD: not scanned, not sent
-            text = text.rstrip("\ufffd")
-        cut = self.scan.feed(text)
-        if cut is not None:
-            text, self.stopped = text[:cut], True
-        elif hold_partial:  # a stop sequence may begin in the text's last characters
-            text = text[: len(text) - self.scan.held]
-        if not text.startswith(self.sent):
-            return ""
-        delta, self.sent = text[len(self.sent) :], text
-        return delta

@@ -34,47 +34,20 @@ from seer_trt.contracts.graphs import GraphSpec
 from seer_trt.contracts.manifest import Manifest
 from seer_trt.contracts.policies import CacheConfig
 from seer_trt.contracts.profiles import LengthBuckets, max_sizes
-from seer_trt.serving.triton.pbtxt import TensorConfig
+from seer_trt.serving.stops import cut_at_stop, ids_holding
+from seer_trt.serving.triton.wire import (  # noqa: F401 - REQUEST_INPUTS, RESPONSE_OUTPUTS: the contract's old home
+    REQUEST_INPUTS,
+    RESPONSE_OUTPUTS,
+    ByteLimits,
+    error_kind,
+    error_response,
+    message,
+    read_reply,
+    read_request,
+    write_outputs,
+)
 
-# The orchestrator's contract with clients; every tensor has a leading batch axis (rows), not listed in dims.
-REQUEST_INPUTS = (
-    TensorConfig("prompt", "TYPE_STRING", (1,)),  # UTF-8 question; "<image>" marks where the image goes
-    TensorConfig("image", "TYPE_STRING", (1,), optional=True),  # encoded PNG/JPEG bytes; empty: no image
-    TensorConfig("gen_length", "TYPE_INT32", (1,), optional=True),  # answer window N; 0: the export's default
-    TensorConfig("steps", "TYPE_INT32", (1,), optional=True),  # denoising steps over N; 0: the default
-    TensorConfig("seer", "TYPE_BOOL", (1,), optional=True),  # False: the padded baseline; default True
-    TensorConfig("decoding", "TYPE_STRING", (1,), optional=True),  # fixed | threshold:TAU | factor:F; empty: default
-    TensorConfig("early_stop", "TYPE_BOOL", (1,), optional=True),  # LLaDA-V's stop at <|eot_id|>; default False
-    # low_confidence | Dream's topk_margin | entropy (random: sampling exports); empty: the export's default
-    TensorConfig("remasking", "TYPE_STRING", (1,), optional=True),
-)
-RESPONSE_OUTPUTS = (
-    TensorConfig("text", "TYPE_STRING", (1,)),  # the answer, special tokens dropped
-    TensorConfig("token_ids", "TYPE_INT64", (-1,)),  # answer ids before <|eot_id|>; rows padded with -1
-    TensorConfig("kept", "TYPE_INT32", (1,)),  # L*: answer positions denoised (N without Seer)
-    TensorConfig("denoise_steps", "TYPE_INT32", (1,)),  # denoising steps used
-)
-PAD_ID = -1  # fills token_ids rows shorter than the request's longest
 ENGINE_BUILDER = "tensorrt"  # the build whose plans Triton's TensorRT backend serves (the manifest's builds key)
-UTF8_MAX_BYTES = 4  # the most bytes UTF-8 spends on one character (RFC 3629)
-
-
-@dataclasses.dataclass(frozen=True)
-class ByteLimits:
-    """What one row may send, checked on its raw bytes before they are decoded (``read_request``)."""
-
-    prompt_chars: int  # characters of message text the pipeline accepts (PromptFormat.max_chars)
-    image_bytes: int  # an encoded image file's bytes (the pipeline's image limit: the manifest's max_image_bytes)
-
-    @property
-    def prompt_bytes(self) -> int:
-        """UTF-8 bytes of the longest prompt that can hold ``prompt_chars`` characters."""
-        return UTF8_MAX_BYTES * self.prompt_chars
-
-    @classmethod
-    def of(cls, pipeline: Any) -> ByteLimits:
-        """The limits of a ``SeerPipeline``."""
-        return cls(pipeline.prompts.max_chars, pipeline.image_limits.bytes)
 
 
 class ServingError(SeerError):
@@ -181,17 +154,27 @@ class Model:
         from seer_trt.runtime.request import Result
 
         pb = self.pb
-        limits = ByteLimits.of(self.pipeline)
+        limits = ByteLimits.of(self.pipeline, self.engine.limits.max_answer_chars)
         rows: list[list | Result] = []  # per request: its pipeline Requests, or why it cannot be run
+        stops: list[tuple] = []  # per request: each row's stop sequences
         for request in requests:
             try:
                 rows.append(read_request(pb, request, limits))
+                reply = read_reply(pb, request, limits)
+                if reply.stream:
+                    raise InputError(
+                        "stream is set, but this repository's orchestrator (--orchestration bls) "
+                        "answers whole; send stream false, or regenerate it with --orchestration engine"
+                    )
+                stops.append(reply.stops)
             except Exception as err:  # noqa: BLE001 - any failure of one request is that request's error
-                rows.append(Result.failed(message(err), error_kind(err)))
+                # its Requests, when read_reply failed after read_request, give way to its error
+                rows[len(stops) :] = [Result.failed(message(err), error_kind(err))]
+                stops.append(())
         flat = [r for group in rows if isinstance(group, list) for r in group]
         results = iter(self.answer(flat))
         responses = []
-        for group in rows:
+        for group, seqs in zip(rows, stops, strict=True):
             if isinstance(group, Result):
                 responses.append(error_response(pb, group.error, group.error_kind))
                 continue
@@ -202,7 +185,9 @@ class Model:
                 where = f"row {i}: " if len(group) > 1 else ""
                 responses.append(error_response(pb, where + a.error, a.error_kind))
                 continue
-            responses.append(pb.InferenceResponse(write_outputs(pb, answers)))
+            responses.append(
+                pb.InferenceResponse(write_outputs(pb, *cut(answers, seqs, lambda ids: self.engine.decode(ids))))
+            )
         return responses
 
     def answer(self, flat: list) -> list:
@@ -230,111 +215,16 @@ class Model:
         self.pipeline.close()
 
 
-def message(err: BaseException) -> str:
-    """A client's one-line error: our own errors as they are, anything else named by type, no object reprs (as the
-    engine words a failure: ``seer_trt.runtime.engine.why``)."""
-    from seer_trt.runtime.engine import why
-
-    return why(err)
-
-
-def error_kind(err: BaseException) -> str:
-    """``Result.error_kind`` of a failure: "input" when the request's own input was bad, "internal" otherwise."""
-    return "input" if isinstance(err, InputError) else "internal"
-
-
-def error_response(pb: Any, text: str, kind: str | None) -> Any:
-    """An error response: INVALID_ARG for a client's error (``kind`` "input"), INTERNAL (the default) otherwise.
-
-    A Python backend older than error codes (its ``TritonError`` has no ``INVALID_ARG``) answers INTERNAL for both.
-    """
-    code = getattr(pb.TritonError, "INVALID_ARG", None) if kind == "input" else None
-    error = pb.TritonError(text) if code is None else pb.TritonError(text, code)
-    return pb.InferenceResponse(error=error)
-
-
-def read_request(pb: Any, request: Any, limits: ByteLimits | None = None) -> list:
-    """The pipeline ``Request``s of one Triton request, one per row.
-
-    Args:
-        limits: the most bytes a row's prompt and image may hold, checked before they are decoded; None: none.
-
-    Raises:
-        InputError: text that is not UTF-8, a prompt or image past ``limits``, or rows that disagree in number.
-    """
-    from seer_trt.runtime.request import Request
-
-    prompt_tensor = pb.get_input_tensor_by_name(request, "prompt")
-    if prompt_tensor is None:  # the Python backend does not enforce required inputs of a batched model
-        raise InputError("the request has no 'prompt' input; send the question as a BYTES tensor 'prompt' [rows, 1]")
-    prompts = prompt_tensor.as_numpy().reshape(-1).tolist()
-    rows = len(prompts)
-
-    def column(name: str) -> list | None:
-        tensor = pb.get_input_tensor_by_name(request, name)
-        if tensor is None:
-            return None
-        values = tensor.as_numpy().reshape(-1).tolist()
-        if len(values) != rows:
-            raise InputError(f"input {name!r} has {len(values)} rows, 'prompt' has {rows}; send one value per row")
-        return values
-
-    images, lengths, steps, seer, decodings, stops, remaskings = (
-        column(n) for n in ("image", "gen_length", "steps", "seer", "decoding", "early_stop", "remasking")
-    )
-    out = []
-    for i, prompt in enumerate(prompts):
-        where = f"row {i}: " if rows > 1 else ""
-        if not isinstance(prompt, bytes):
-            raise InputError(f"{where}prompt is a {type(prompt).__name__}; send the question as BYTES (UTF-8 text)")
-        if limits is not None and len(prompt) > limits.prompt_bytes:
-            raise InputError(f"{where}prompt is {len(prompt)} bytes, more than the {limits.prompt_bytes} accepted "
-                             f"({UTF8_MAX_BYTES} per character of the {limits.prompt_chars} max_prompt_chars); "
-                             f"shorten it")  # fmt: skip
-        try:
-            text = prompt.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise InputError(f"{where}prompt is not UTF-8 ({err.reason} at byte {err.start}); send UTF-8 "
-                             f"text") from None  # fmt: skip
-        image = images[i] if images else None
-        if image is not None and not isinstance(image, bytes):
-            raise InputError(f"{where}image is a {type(image).__name__}; send the encoded PNG/JPEG file as BYTES")
-        if image is not None and limits is not None and len(image) > limits.image_bytes:
-            raise InputError(f"{where}image is {len(image)} bytes, more than the {limits.image_bytes} accepted "
-                             f"(max_image_bytes); send a smaller file")  # fmt: skip
-        decoding = decodings[i] if decodings else None
-        if decoding is not None and not isinstance(decoding, bytes):
-            raise InputError(f"{where}decoding is a {type(decoding).__name__}; send it as BYTES, e.g. b'factor:1'")
-        remasking = remaskings[i] if remaskings else None
-        if remasking is not None and not isinstance(remasking, bytes):
-            raise InputError(f"{where}remasking is a {type(remasking).__name__}; send it as BYTES, e.g. b'entropy'")
-        try:
-            out.append(
-                Request(
-                    text,
-                    image=image or None,  # an empty image: none
-                    gen_length=int(lengths[i]) if lengths and lengths[i] else None,
-                    steps=int(steps[i]) if steps and steps[i] else None,
-                    seer=bool(seer[i]) if seer is not None else True,
-                    decoding=decoding.decode("utf-8", "replace") if decoding else None,  # empty: the default
-                    early_stop=bool(stops[i]) if stops is not None else False,
-                    remasking=remasking.decode("utf-8", "replace")[:32] if remasking else None,  # empty: the default
-                )
+def cut(answers: list, stops: tuple[tuple[str, ...], ...], decode) -> tuple[list, list[str]]:
+    """Each answer with its text cut before its first stop sequence (``seer_trt.serving.stops``), its ids those the
+    text holds."""
+    out, texts = [], []
+    for answer, seqs in zip(answers, stops, strict=True):
+        text, stopped = cut_at_stop(answer.text, seqs) if seqs else (answer.text, False)
+        if stopped:
+            answer = dataclasses.replace(
+                answer, token_ids=answer.token_ids[: ids_holding(answer.token_ids, text, decode)]
             )
-        except InputError as err:
-            raise InputError(f"{where}{err}") from None
-    return out
-
-
-def write_outputs(pb: Any, answers: list) -> list:
-    """RESPONSE_OUTPUTS tensors of one request's answers (rows in order)."""
-    width = max(len(a.token_ids) for a in answers)
-    ids = np.full((len(answers), width), PAD_ID, dtype=np.int64)
-    for i, a in enumerate(answers):
-        ids[i, : len(a.token_ids)] = a.token_ids
-    return [
-        pb.Tensor("text", np.array([[a.text.encode("utf-8")] for a in answers], dtype=np.object_)),
-        pb.Tensor("token_ids", ids),
-        pb.Tensor("kept", np.array([[a.kept] for a in answers], dtype=np.int32)),
-        pb.Tensor("denoise_steps", np.array([[a.steps] for a in answers], dtype=np.int32)),
-    ]
+        out.append(answer)
+        texts.append(text)
+    return out, texts

@@ -89,6 +89,7 @@ class ModelSpec:
     batch_delay_us: int | None = None  # dynamic batching's max queue delay; None: no dynamic batching
     accelerator: Accelerator | None = None
     files: tuple[tuple[str, Path], ...] = ()  # (path inside the version folder, source file or folder)
+    decoupled: bool = False  # responses sent through the request's response sender, any number per request
 
     def parameter(self, key: str) -> str:
         return dict(self.parameters)[key]

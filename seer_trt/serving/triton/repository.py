@@ -5,6 +5,12 @@ In:  an export folder (``manifest.json``, ONNX graphs, ``tokenizer/``; TensorRT 
 Out: REPO/, written to a temporary folder, checked, then moved into place:
 
     REPO/.seer-triton.json           marks the folder as seer-triton's: --force replaces nothing else
+
+  --orchestration engine (default): one model
+    REPO/NAME/config.pbtxt           decoupled Python backend, one instance (templates/model.py, role "decoupled")
+    REPO/NAME/1/export/              the whole export (hard links): what SeerPipeline.from_manifest opens
+
+  --orchestration bls:
     REPO/NAME/config.pbtxt           orchestrator: Python backend, dynamic batching, BLS to the components
     REPO/NAME/1/model.py             the Python-backend entry (templates/model.py), role "orchestrator"
     REPO/NAME/1/export/              manifest.json + tokenizer/: what SeerPipeline reads
@@ -40,20 +46,22 @@ from seer_trt.contracts.outfolder import (
     repository_files,
     write_repository_marker,
 )
-from seer_trt.contracts.policies import DEFAULT_POLICY, CacheConfig, check_cache
+from seer_trt.contracts.policies import DEFAULT_CACHE, DEFAULT_POLICY, CacheConfig, check_cache
 from seer_trt.runtime.step_zero import step_zero_graph
 from seer_trt.serving.triton import pbtxt
 from seer_trt.serving.triton.orchestrator import REQUEST_INPUTS, RESPONSE_OUTPUTS
 from seer_trt.serving.triton.pbtxt import Accelerator, InstanceGroup, ModelSpec, TensorConfig
 
 FLAVOURS = ("gpu", "cpu")
+ORCHESTRATIONS = ("engine", "bls")  # engine: one decoupled model running the export in-process; bls: components
 VERSION = "1"  # every model has one version folder
 EXPORT_DIR = "export"  # inside the orchestrator's version folder
 MODEL_PY = Path(__file__).with_name("templates") / "model.py"
 ENGINE_BACKEND = "tensorrt"  # the manifest's engines key seer-build writes plans under
 BATCH_DELAY_US = 5000  # dynamic batching: how long the orchestrator waits to gather requests into one batch
 # The orchestrator's BLS calls pass every tensor through host memory, so a cache would cross to the device at every
-# cached step (more bytes than the prompt it saves, at 8B); until it keeps K/V as device tensors, no cache by default.
+# cached step (more bytes than the prompt it saves, at 8B): no cache by default there. The engine orchestration keeps
+# the K/V in its backend's memory, as seer-serve does, and takes seer-run's default.
 TRITON_CACHE = CacheConfig("none")
 
 
@@ -164,8 +172,8 @@ def check_export_files(folder: Path, manifest: Manifest) -> None:
 
 
 def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer", instances: int = 2,
-                    threads: int = 0, cache: CacheConfig = TRITON_CACHE, gpus: tuple[int, ...] = (),
-                    per_gpu: int = 1) -> RepositoryPlan:  # fmt: skip
+                    threads: int = 0, cache: CacheConfig | None = None, gpus: tuple[int, ...] = (),
+                    per_gpu: int = 1, orchestration: str = "engine") -> RepositoryPlan:  # fmt: skip
     """What ``seer-triton`` writes for an export folder.
 
     Args:
@@ -173,12 +181,17 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
         flavour: "gpu" (TensorRT plans, or ONNX Runtime with the TensorRT accelerator) or "cpu" (Python-backend
             models running ONNX Runtime).
         name: the orchestrator's model name.
-        instances: orchestrator instances (each runs its own pipeline; requests are spread over them).
+        instances: bls: orchestrator instances (each runs its own pipeline; requests are spread over them); the
+            engine orchestration has one instance, its one engine.
         threads: ONNX Runtime intra-op threads per CPU component (0: its default).
-        cache: the orchestrator's prompt K/V cache policy (default none: see TRITON_CACHE).
+        cache: the orchestrator's prompt K/V cache policy (None: seer-run's default for the engine orchestration,
+            none for bls: see TRITON_CACHE).
         gpus: gpu flavour: the devices every component runs on (one instance group naming them; () = every GPU
             Triton sees); a machine of several GPUs then serves data-parallel, Triton spreading calls over them.
         per_gpu: gpu flavour: instances of each component on each of those GPUs.
+        orchestration: "engine" (default): one decoupled model whose one engine runs the export's own backend
+            in-process (ONNX Runtime; the TensorRT plans on gpu when seer-build made them) and streams; "bls": the
+            orchestrator reaches one component model per graph through BLS, per instance, whole answers only.
 
     Raises:
         ConfigError: an unknown flavour, a bad name or instance count.
@@ -189,6 +202,8 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
     folder = Path(folder).expanduser().resolve()
     if flavour not in FLAVOURS:
         raise ConfigError(f"unknown flavour {flavour!r}; choose from {FLAVOURS}")
+    if orchestration not in ORCHESTRATIONS:
+        raise ConfigError(f"unknown orchestration {orchestration!r}; choose from {ORCHESTRATIONS}")
     if not name or not all(c.isalnum() or c in "_-" for c in name):
         raise ConfigError(f"model name {name!r} must be letters, digits, '_' or '-'; e.g. --name seer")
     if instances < 1 or threads < 0:
@@ -199,6 +214,11 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
     check_export_files(folder, manifest)
     plans = engines(manifest) if flavour == "gpu" else {}
     code_path = str(Path(seer_trt.__file__).resolve().parents[1])  # the folder holding the seer_trt package
+    if orchestration == "engine":
+        cache = check_cache(cache or DEFAULT_CACHE, manifest)
+        return RepositoryPlan(name, flavour, folder, (engine_model(folder, manifest, flavour, name, threads, cache,
+                                                                   plans, code_path),))  # fmt: skip
+    cache = cache or TRITON_CACHE
     components: dict[str, str] = {}
     models = []
     for graph in served_graphs(manifest):
@@ -255,6 +275,36 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
             raise ManifestError(f"model {model.name!r} needs {missing}, which do not exist; re-export (seer-export) "
                                 f"or rebuild (seer-build) into {folder}")  # fmt: skip
     return RepositoryPlan(name, flavour, folder, (orchestrator, *models))
+
+
+def engine_model(folder: Path, manifest: Manifest, flavour: str, name: str, threads: int, cache: CacheConfig,
+                 plans: Mapping[str, Engine], code_path: str) -> ModelSpec:  # fmt: skip
+    """The decoupled orchestrator (``seer_trt.serving.triton.decoupled``): one instance whose engine runs the whole
+    export, copied (hard-linked) into its version folder, on the export's own backend."""
+    backend, provider = ("tensorrt", "cpu") if plans else ("onnxruntime", "cuda" if flavour == "gpu" else "cpu")
+    names = dict.fromkeys([MANIFEST_FILE, *(path for _, path in manifest.paths())])
+    files = tuple((f"{EXPORT_DIR}/{n}", folder / n) for n in names)
+    return ModelSpec(
+        name=name,
+        backend="python",
+        platform=None,
+        max_batch_size=manifest.buckets.batch[-1],
+        inputs=REQUEST_INPUTS,
+        outputs=RESPONSE_OUTPUTS,
+        instance_groups=(InstanceGroup(1, "KIND_CPU"),),  # one engine: every request in its steps
+        parameters=(
+            ("seer_role", "decoupled"),
+            ("seer_trt_path", code_path),
+            ("export", EXPORT_DIR),
+            ("backend", backend),
+            ("provider", provider),
+            ("threads", str(threads)),
+            ("policy", DEFAULT_POLICY),
+            ("cache", json.dumps(cache.to_dict())),
+        ),
+        decoupled=True,
+        files=(("model.py", MODEL_PY), *files),
+    )
 
 
 def write_repository(plan: RepositoryPlan, out: str | Path, force: bool = False) -> Path:
@@ -317,6 +367,11 @@ def check_repository(repo: str | Path, name: str = "seer") -> list[str]:
     if name not in configs:
         raise ConfigError(f"{repo} has no orchestrator model {name!r} (models: {sorted(configs)}); pass its --name")
     export = repo / name / VERSION / pbtxt.parameters(configs[name]).get("export", EXPORT_DIR)
+    if (
+        pbtxt.parameters(configs[name]).get("seer_role") == "decoupled"
+        and not configs[name].model_transaction_policy.decoupled
+    ):
+        problems.append(f"{name}: the engine orchestrator must be decoupled (model_transaction_policy)")
     manifest = Manifest.read(export)
     if [t.name for t in pbtxt.tensors(configs[name], "input")] != [t.name for t in REQUEST_INPUTS]:
         problems.append(f"{name}: inputs differ from the orchestrator's {[t.name for t in REQUEST_INPUTS]}")
@@ -372,7 +427,7 @@ def check_files(folder: Path, config) -> list[str]:
         needed.append("model.py")
         if params.get("seer_role") == "component":
             needed.append(params.get("model_file", "?"))
-        elif params.get("seer_role") == "orchestrator":
+        elif params.get("seer_role") in ("orchestrator", "decoupled"):
             needed += [f"{params.get('export', EXPORT_DIR)}/{MANIFEST_FILE}"]
     elif config.default_model_filename:
         needed.append(config.default_model_filename)
