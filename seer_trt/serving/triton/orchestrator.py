@@ -172,7 +172,7 @@ class Model:
                 rows[len(stops) :] = [Result.failed(message(err), error_kind(err))]
                 stops.append(())
         flat = [r for group in rows if isinstance(group, list) for r in group]
-        results = iter(self.answer(flat))
+        results = iter(self.run(flat))  # a failed shared call: the engine's retry policy
         responses = []
         for group, seqs in zip(rows, stops, strict=True):
             if isinstance(group, Result):
@@ -189,17 +189,6 @@ class Model:
                 pb.InferenceResponse(write_outputs(pb, *cut(answers, seqs, lambda ids: self.engine.decode(ids))))
             )
         return responses
-
-    def answer(self, flat: list) -> list:
-        """One ``Result`` per pipeline request, through the engine. The batch runs together; a request that failed
-        in it for an internal reason (a component failed on a shape one request brought, which fails every row of
-        that step) runs again alone, so only the ones that fail alone keep an error."""
-        results = self.run(flat)
-        if len(flat) > 1:
-            for i, r in enumerate(results):
-                if not r.ok and r.error_kind == "internal":
-                    results[i] = self.run([flat[i]])[0]
-        return results
 
     def run(self, requests: list) -> list:
         """Each request's ``Result`` from the engine, stepped here (``Engine.run_until``)."""
