@@ -395,8 +395,8 @@ class FakePipeline:
 
 
 class FakeEngine:
-    """``Model.answer``'s view of ``Engine``, answering by prompt: a request fails alone ("bad", "broken"), or the
-    step fails for every row it holds ("crash"), as ``Engine._guarded_step`` answers them."""
+    """The orchestrator's view of ``Engine``, answering by prompt: a request fails ("bad", "broken", "crash": a
+    failed call whose rows the engine retried alone, ``Engine._retry_or_fail``), or the engine closed under it."""
 
     limits = types.SimpleNamespace(max_answer_chars=100)
 
@@ -415,11 +415,11 @@ class FakeEngine:
         prompts = [t.request.prompt for t in tickets]
         self.batches.append(prompts)
         for t, p in zip(tickets, prompts, strict=True):
-            if p == "gone" and "crash" not in prompts:  # the engine closed under it: its ticket raises
+            if p == "gone":  # the engine closed under it: its ticket raises
                 t.future.set_exception(Cancelled("the server is shutting down"))
                 continue
             t.future.set_result(Result.failed(why(RuntimeError("the denoise component is gone")), "internal")
-                                if "crash" in prompts
+                                if p == "crash"
                                 else Result.failed("bad gen_length", "input") if p == "bad"
                                 else Result.failed("a component failed", "internal") if p == "broken"
                                 else Result("ok", (1,), (1,), 1, 1, 1, {}))  # fmt: skip
@@ -432,9 +432,8 @@ def test_client_errors_answer_invalid_arg_and_other_failures_internal():
     model.pb, model.pipeline, model.engine = wire_pb(), FakePipeline(), FakeEngine()
     prompts = [b"ok", b"\xff", b"a" * 41, 7, b"bad", b"broken", b"crash", b"gone", b"ok"]
     responses = model.execute([wire_request(p) for p in prompts])
-    # one batch of the readable rows; "crash" failed that step for all of them, so each runs again alone
-    assert model.engine.batches == [["ok", "bad", "broken", "crash", "gone", "ok"], ["ok"], ["bad"], ["broken"],
-                                    ["crash"], ["gone"], ["ok"]]  # fmt: skip
+    # one batch of the readable rows: a failed call's retry is the engine's (tests/test_engine.py), not the model's
+    assert model.engine.batches == [["ok", "bad", "broken", "crash", "gone", "ok"]]
     codes = [r.error.code if r.error else None for r in responses]
     assert codes == [None, "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INVALID_ARG", "INTERNAL", "INTERNAL",
                      "INTERNAL", None]  # fmt: skip
