@@ -398,12 +398,15 @@ class Engine:
         tickets = [t for t, _ in done]
         try:  # these tickets have left _preparing: whatever fails here must answer them, or their clients wait forever
             plan = self.pipe.group([f.result() for _, f in done], self.policy)
-            shared = plan.needs_costs or (self.loop is not None and bool(self.loop.rows)) or bool(self.waiting)
+            alone = tickets[0].alone  # a retry: one row in calls of its own, which need no costs
+            shared = not alone and (
+                plan.needs_costs or (self.loop is not None and bool(self.loop.rows)) or bool(self.waiting)
+            )
             if self.policy == "cost_model" and shared and self.pipe.cost is None:  # stepped by hand, never started:
                 self.pipe.calibrate_costs()  # measured when rows first share a step (one row alone needs no costs)
-        except Exception as err:  # noqa: BLE001 - these requests' failure, and only theirs
-            for ticket in tickets:
-                _answer(ticket, Result.failed(why(err), "internal"))
+        except Exception as err:  # noqa: BLE001 - these requests' failure (the costs' calibration included): each
+            for ticket in tickets:  # retried alone when they were several, as a failed call's rows are
+                self._retry_or_fail(ticket, err, len(tickets) > 1)
             return
         for i, (error, kind) in plan.failed.items():
             _answer(tickets[i], Result.failed(error, kind))
