@@ -41,7 +41,7 @@ def tensors(prompt: str, gen_length: int = GEN_LENGTH, **settings) -> list:
     kinds = {"prompt": "BYTES", "gen_length": "INT32", "seer": "BOOL", "decoding": "BYTES", "steps": "INT32"}
     out = []
     for name, value in values.items():
-        value = value.encode() if isinstance(value, str) else value
+        value = value.encode() if isinstance(value, str) else np.int32(value) if kinds[name] == "INT32" else value
         t = grpcclient.InferInput(name, [1, 1], kinds[name])
         t.set_data_from_numpy(np.array([[value]], dtype=object if kinds[name] == "BYTES" else None))
         out.append(t)
