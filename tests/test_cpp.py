@@ -1061,8 +1061,35 @@ def anyres_export(tmp_path_factory) -> Path:
     cfg = tiny_config(vocab=83, layers=2)  # the fixture tokenizer's vocabulary
     assert cfg.image_aspect_ratio == "anyres_max_4"
     write_random_checkpoint(root / "checkpoint", cfg, dtype=torch.float32, gain=3.0)
-    assert export_main(["--checkpoint", str(root / "checkpoint"), "--out", str(root / "engines"), "--no-validate"]) == 0
+    out = ["--out", str(root / "engines"), "--no-validate", "--sampling"]  # sampling: wide distributions, below
+    assert export_main(["--checkpoint", str(root / "checkpoint"), *out]) == 0
     return root / "engines"
+
+
+@pytest.mark.parametrize("graph", ["denoise_logits", "top ids"])
+def test_sampled_requests_of_a_random_model_equal_python(lib, anyres_export, tmp_path, graph):
+    """A random model's distributions are wide, so draws decide most tokens (the trained fixture's are sharp: a few
+    windows in 40 differ from greedy): sampled requests (temperature 0.8, top_p 0.9, a seed each) answer as in
+    Python through denoise_logits (Sampled) and denoise's top ids (TopK)."""
+    export = anyres_export
+    if graph == "top ids":
+        graphs = json.loads((anyres_export / "manifest.json").read_text())["graphs"]
+        kept = {k: v for k, v in graphs.items() if k != "denoise_logits"}
+        export = calibrated_copy(anyres_export, tmp_path / "engines", graphs=kept)
+    shape = {"gen_length": 16, "steps": 16}
+    prompts = [s.question for s in SAMPLES if s.image is None]  # the 27 text ones
+    fields = sampled_fields()[: len(prompts)]
+    conv = CppRequests(export)
+    cpp_requests = [{**conv.convert({"prompt": q, **shape}, None), **f} for q, f in zip(prompts, fields, strict=True)]
+    py = SeerPipeline.from_manifest(export)
+    try:
+        python = py.generate([Request(q, **shape, **f) for q, f in zip(prompts, fields, strict=True)])
+        greedy = py.generate([Request(q, **shape) for q in prompts])
+    finally:
+        py.close()
+    with CppPipeline(lib, export, ort_library=ort_library()) as cpp:
+        assert_same(python, cpp.generate(cpp_requests))
+    assert sum(a.window != g.window for a, g in zip(python, greedy, strict=True)) > len(prompts) // 2
 
 
 def test_anyres_images_equal_python(lib, anyres_export, tmp_path):

@@ -83,6 +83,21 @@ std::string python_value(const json& v) {
   return v.dump();
 }
 
+// OpenAI's stop: a string or a list of them
+std::vector<std::string> stop_sequences(const json& v) {
+  const json list = v.is_string() ? json::array({v}) : v;
+  if (!list.is_array())
+    throw seer::Error(seer::Error::Kind::Input, "stop is " + python_value(v) + "; expected a string or a list of "
+                                                    "strings");
+  std::vector<std::string> out;
+  for (const json& q : list) {
+    if (!q.is_string())
+      throw seer::Error(seer::Error::Kind::Input, "stop holds " + python_value(q) + "; expected strings");
+    out.push_back(q.get<std::string>());
+  }
+  return out;
+}
+
 seer::Request parse_request(const json& data, const seer_run::TileShape& tile_shape) {
   if (!data.is_object())
     throw seer::Error(seer::Error::Kind::Input, "a request must be a JSON object with 'prompt_ids', got " +
@@ -130,16 +145,7 @@ seer::Request parse_request(const json& data, const seer_run::TileShape& tile_sh
         throw seer::Error(seer::Error::Kind::Input, "remasking is " + python_value(v) + "; expected a string");
       if (!v.is_null()) r.remasking = v.get<std::string>();
     } else if (key == "stop") {
-      if (v.is_null()) continue;
-      const json list = v.is_string() ? json::array({v}) : v;  // OpenAI's stop: a string or a list of them
-      if (!list.is_array())
-        throw seer::Error(seer::Error::Kind::Input, "stop is " + python_value(v) + "; expected a string or a list of "
-                                                        "strings");
-      for (const json& q : list) {
-        if (!q.is_string())
-          throw seer::Error(seer::Error::Kind::Input, "stop holds " + python_value(q) + "; expected strings");
-        r.stop.push_back(q.get<std::string>());
-      }
+      if (!v.is_null()) r.stop = stop_sequences(v);
     } else if (key == "decoding") {
       if (v.is_null()) continue;
       if (!v.is_string())  // Python's message (seer_trt.contracts.config.parse_decoding) for a value of another type
