@@ -174,7 +174,7 @@ def top_ids_export(folder, tmp_path_factory) -> Path:
 def test_sampled_requests_equal_python(lib, folder, top_ids_export, cpp_requests, python_seer, case):
     """Sampled requests with seeds (temperature 0.8, top_p 0.9) answer as the Python runtime answers, through
     denoise_logits (Sampled: Gumbel over the vocabulary) or denoise's top ids (TopK), batched: the counter-based
-    draws, the nucleus and the ranks of seer_trt.runtime.decoding in C++. tools/cpp_sampling_agreement.py runs 200."""
+    draws, the nucleus and the ranks of seer_trt.runtime.decoding in C++. experiments/cpp_sampling_agreement.py runs 200."""
     which, extra = SAMPLED[case]
     export = folder if which == "logits" else top_ids_export
     fields = [{**f, **extra} for f in sampled_fields()]
