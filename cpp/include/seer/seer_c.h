@@ -17,7 +17,7 @@
  * compiled it, and a request array's stride. Later versions only append fields, whose 0 is their default: the library
  * reads the fields inside struct_size and takes the default for the rest, so a caller built against an older header
  * (ABI >= 5) keeps its answers; a caller built against a newer one is answered when every field this library lacks is
- * 0, and refused (NULL, seer_last_error naming the size) when it sets one, as Linux's openat2 and clone3 read their
+ * 0, and refused (NULL, seer_last_error naming the byte) when it sets one, as Linux's openat2 and clone3 read their
  * structs. A caller built before ABI 5 (no struct_size: its first member is the prompt_ids pointer) is refused with
  * that error, never misread.
  *
