@@ -22,13 +22,16 @@ def calibrates(model: str, checkpoint: Path, out: Path) -> None:
 
 
 def serves_in_triton_repositories(engines: Path, manifest, graph: str, out: Path) -> None:
-    """seer-triton's CPU and GPU repositories for ``engines``: a component model for the front end's ``graph``,
-    checked against the manifest (config.pbtxt inputs and outputs, files), beside the orchestrator."""
+    """seer-triton's CPU and GPU repositories for ``engines``, checked against the manifest (config.pbtxt inputs and
+    outputs, files): the default (one decoupled model running the whole export), and the bls layout's component
+    model for the front end's ``graph`` beside the orchestrator."""
     from seer_trt.serving.triton.repository import check_repository, plan_repository, served_graphs, write_repository
 
     assert graph in served_graphs(manifest)
     for flavour in ("cpu", "gpu"):
         repo = write_repository(plan_repository(engines, flavour=flavour), out / flavour)
+        assert check_repository(repo) == ["seer"]
+        repo = write_repository(plan_repository(engines, flavour=flavour, orchestration="bls"), out / f"{flavour}-bls")
         models = check_repository(repo)
         assert any(graph in m for m in models), models
 
