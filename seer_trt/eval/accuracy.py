@@ -37,7 +37,7 @@ import numpy as np
 
 from seer_trt.contracts.errors import ConfigError, SeerError
 from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_POLICY, CacheConfig
-from seer_trt.eval import cache_fidelity
+from seer_trt.eval import cache_fidelity, easy_vqa
 from seer_trt.eval.paired import paired
 from seer_trt.eval.report import git_sha, save_figure
 from seer_trt.eval.tasks import HELD_OUT_SEED, Sample, held_out, vocabulary
@@ -66,6 +66,40 @@ def fixture_samples(pipe: SeerPipeline, n: int, seed: int) -> list[Sample]:
         )
     v = pipe.manifest.vision
     return held_out(n, seed, pipe.manifest.model.task_family, v.image_size // v.patch_size, v.patch_size)
+
+
+def eval_samples(pipe: SeerPipeline, n: int | None, seed: int, dataset: str | None = None,
+                 split: str = "test") -> list[Sample]:  # fmt: skip
+    """What an evaluation scores: ``n`` held-out fixture prompts of ``seed`` (``dataset`` None), or the first ``n``
+    questions of a public dataset's ``split`` in its own order (``n`` None: the whole split).
+
+    Raises:
+        ConfigError: an unknown dataset, or an export whose tokenizer does not know the dataset's answers.
+    """
+    if dataset is None:
+        return fixture_samples(pipe, 200 if n is None else n, seed)
+    if dataset != easy_vqa.DATASET:
+        raise ConfigError(f"--dataset {dataset!r}: expected {easy_vqa.DATASET} (or no --dataset: the fixture's task)")
+    samples = easy_vqa.load(split, n)
+    vocab = pipe.prompts.tokenizer.get_vocab()
+    unknown = sorted({s.answer[0] for s in samples} - set(vocab))
+    if unknown:
+        raise ConfigError(f"this export ({pipe.manifest.model.name}) cannot write {dataset}'s answers {unknown[:5]} "
+                          f"(its tokenizer lacks them); --dataset {dataset} measures exports of tiny-llada-v-vqa")  # fmt: skip
+    return samples
+
+
+def describe(n: int, dataset: str | None, split: str) -> str:
+    """The prompts of a table's title: "200 held-out fixture prompts" or "9673 questions of easy-vqa's test split"."""
+    return f"{n} held-out fixture prompts" if dataset is None else f"{n} questions of {dataset}'s {split} split"
+
+
+def majority_baseline(samples: list[Sample], dataset: str | None) -> dict[str, Any] | None:
+    """A dataset's majority-answer baseline on ``samples``: the train split's most frequent answer, given to all."""
+    if dataset is None:
+        return None
+    answer = easy_vqa.majority_answer("train")
+    return {"answer": answer, "exact_match": float(np.mean([s.answer == (answer,) for s in samples]))}
 
 
 def truth_ids(pipe: SeerPipeline, sample: Sample) -> list[int]:
@@ -156,9 +190,10 @@ def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
     return rows
 
 
-def decoding_table(rows: list[dict[str, Any]], n: int, gen_length: int, detector: str) -> str:
+def decoding_table(rows: list[dict[str, Any]], n: int, gen_length: int, detector: str, what: str = "") -> str:
+    """``what``: the prompts (``describe``); default "{n} held-out prompts"."""
     lines = [
-        f"{n} held-out prompts, gen_length {gen_length}; seer = {detector}; exact loop = fixed, padded, cache none; "
+        f"{what or f'{n} held-out prompts'}, gen_length {gen_length}; seer = {detector}; exact loop = fixed, padded, cache none; "
         "the cut's cost: against the same rule and setting uncut, answers lost / gained and McNemar's exact p",
         "| decoding | setting | exact match | = exact loop | uncut exact | lost / gained | McNemar p "
         "| forward passes / answer | answers/s (eval batches) |",
@@ -181,16 +216,19 @@ def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str,
     return max(fit, key=lambda r: r["answers_per_s"])
 
 
-def evaluate_decoding(engines: str | Path, rules: list[str], n: int = 200, seed: int = HELD_OUT_SEED,
+def evaluate_decoding(engines: str | Path, rules: list[str], n: int | None = 200, seed: int = HELD_OUT_SEED,
                       gen_length: int | None = None, progress: Callable[[str], None] | None = None,
-                      threads: int = 0, tail: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Every decoding rule of ``rules`` under every setting on ``n`` held-out prompts, beside the exact loop
-    (``tail``: Seer's end tail instead of the export's)."""
+                      threads: int = 0, tail: float | None = None, dataset: str | None = None,
+                      split: str = "test") -> dict[str, Any]:  # fmt: skip
+    """Every decoding rule of ``rules`` under every setting on ``n`` held-out prompts (or a dataset's questions:
+    ``eval_samples``), beside the exact loop (``tail``: Seer's end tail instead of the export's)."""
     pipe = open_for_eval(engines, tail, threads=threads, calibrate=True)  # cost model timed before the settings
-    samples = fixture_samples(pipe, n, seed)
+    samples = eval_samples(pipe, n, seed, dataset, split)
     rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress))
     best = fastest_within(rows)
-    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": n, "seed": seed,
+    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": len(samples), "seed": seed,
+            "dataset": dataset, "split": split if dataset else None,
+            "majority_baseline": majority_baseline(samples, dataset),
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
             "threads": threads, "git": git_sha(),
             "rows": rows, "fastest_within_0.5_points": {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
@@ -263,10 +301,12 @@ def by_task(samples: list[Sample], hits: list[bool]) -> dict[str, dict[str, int]
     return dict(sorted(out.items()))
 
 
-def table(m: dict[str, Any], n: int, gen_length: int, detector: str = "") -> str:
-    """``detector``: what "seer" cut with (``SeerConfig.describe``), printed under the title."""
+def table(m: dict[str, Any], n: int, gen_length: int, detector: str = "", what: str = "") -> str:
+    """``detector``: what "seer" cut with (``SeerConfig.describe``), printed under the title; ``what``: the prompts
+    (``describe``; default "{n} held-out fixture prompts")."""
     lines = [
-        f"{n} held-out fixture prompts, gen_length {gen_length}" + (f"; seer = {detector}" if detector else ""),
+        f"{what or f'{n} held-out fixture prompts'}, gen_length {gen_length}"
+        + (f"; seer = {detector}" if detector else ""),
         "| mode | exact match | = padded | lost / gained vs padded | McNemar p | premature cuts | kept / true "
         "| mean kept | mean steps |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -314,21 +354,24 @@ def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> 
     save_figure(fig, path)
 
 
-def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
+def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
              policy: str = DEFAULT_POLICY, progress: Callable[[str], None] | None = None,
-             tail: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run every mode on ``n`` held-out prompts and return the figures (what ``--json`` writes); ``tail``: Seer's
-    end tail instead of the export's (it cuts the oracle's window too)."""
+             tail: float | None = None, dataset: str | None = None, split: str = "test") -> dict[str, Any]:  # fmt: skip
+    """Run every mode on ``n`` held-out prompts (or a dataset's questions: ``eval_samples``) and return the figures
+    (what ``--json`` writes); ``tail``: Seer's end tail instead of the export's (it cuts the oracle's window too)."""
     pipe = open_for_eval(engines, tail, policy=policy)
-    samples = fixture_samples(pipe, n, seed)
+    samples = eval_samples(pipe, n, seed, dataset, split)
     gen = gen_length or pipe.manifest.generation.gen_length
     results = run_modes(pipe, samples, gen_length, progress=progress)
     m = metrics(pipe, samples, results)
     return {
         "engines": str(engines),
         "model": pipe.manifest.model.name,
-        "n": n,
+        "n": len(samples),
         "seed": seed,
+        "dataset": dataset,
+        "split": split if dataset else None,
+        "majority_baseline": majority_baseline(samples, dataset),
         "gen_length": gen,
         "seer": dataclasses.asdict(pipe.seer),
         "detector": pipe.seer.describe(),
@@ -357,13 +400,16 @@ def cache_policies(modes: str, intervals: str, order: int, drift: float | None) 
     return configs
 
 
-def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int = 200, seed: int = HELD_OUT_SEED,
-                   gen_length: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (``cache_fidelity``)."""
+def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int | None = 200, seed: int = HELD_OUT_SEED,
+                   gen_length: int | None = None, progress: Callable[[str], None] | None = None,
+                   dataset: str | None = None, split: str = "test") -> dict[str, Any]:  # fmt: skip
+    """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (or a dataset's
+    questions: ``eval_samples``) (``cache_fidelity``)."""
     pipe = SeerPipeline.from_manifest(engines)
-    samples = fixture_samples(pipe, n, seed)
+    samples = eval_samples(pipe, n, seed, dataset, split)
     truth = [truth_ids(pipe, s) for s in samples]
     report = cache_fidelity.fidelity(pipe, samples, truth, gen_length, configs, progress)
-    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": n, "seed": seed,
+    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": len(samples), "seed": seed,
+            "dataset": dataset, "split": split if dataset else None,
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
             "git": git_sha(), **report}  # fmt: skip
