@@ -88,10 +88,37 @@ def test_the_fixture_tokenizer_reads_every_question_whole():
     [
         (["--limit", "5"], "--limit 5 counts a dataset's questions; pass --dataset easy-vqa"),
         (["--dataset", "easy-vqa", "--limit", "0"], "--limit must be >= 1"),
+        (["--settings", "reuse"], "--settings reuse picks --decoding's settings; pass --decoding RULES too"),
+        (["--decoding", "factor:1", "--settings", "reuse,fast"], "--settings ['fast']: expected a comma-separated"),
     ],
 )
-def test_seer_eval_refuses_a_limit_it_cannot_use(tmp_path, capsys, argv, words):
+def test_seer_eval_refuses_a_limit_or_settings_it_cannot_use(tmp_path, capsys, argv, words):
     from seer_trt.cli.eval import main
 
     assert main(["--engines", str(tmp_path / "no-export"), *argv]) != 0
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_seer_eval_scores_the_bundled_vqa_fixture_on_a_few_test_questions(tmp_path, capsys):
+    """seer-export --model tiny-llada-v-vqa, then seer-eval --dataset easy-vqa: every mode answers from the
+    dataset's words, the majority baseline is printed, and --settings runs only the settings named."""
+    import json
+
+    from seer_export.cli import main as export
+    from seer_trt.cli.eval import main as evaluate
+
+    engines = tmp_path / "vqa"
+    assert export(["--model", "tiny-llada-v-vqa", "--out", str(engines), "--samples", "2"]) == 0
+    report = tmp_path / "modes.json"
+    argv = ["--engines", str(engines), "--dataset", "easy-vqa", "--limit", "6", "--threads", "1"]
+    assert evaluate([*argv, "--json", str(report)]) == 0
+    out = json.loads(report.read_text())
+    assert out["n"] == 6 and out["dataset"] == "easy-vqa" and out["split"] == "test"
+    assert set(out["modes"]) == {"padded", "early_stop", "seer", "oracle"}
+    assert sum(v["n"] for v in out["modes"]["padded"]["exact_by_task"].values()) == 6
+    assert "majority-answer baseline" in capsys.readouterr().out
+    assert evaluate([*argv, "--decoding", "factor:1", "--settings", "reuse,seer_reuse", "--json", str(report)]) == 0
+    rows = json.loads(report.read_text())["rows"]
+    assert [(r["decoding"], r["setting"]) for r in rows] == [("factor:1", "reuse"), ("factor:1", "seer_reuse")]
+    assert rows[0]["premature_cut_rate"] is None and rows[1]["against_uncut"]["uncut"] == "reuse"

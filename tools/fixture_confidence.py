@@ -3,7 +3,8 @@
     python tools/fixture_confidence.py --model tiny-llada-v-hard --n 100 --gen-length 128
 
 In:  a registered model (or ``--checkpoint DIR``), held-out prompts of the task family its config.json names
-     (``seer_trt.eval.tasks.held_out``), an answer window N.
+     (``seer_trt.eval.tasks.held_out``; for ``tiny-llada-v-vqa`` the first n questions of easy-vqa's test split), an
+     answer window N.
 Out: per task and overall, on stdout (and ``--json``):
 - exact match and mean forward passes of the one-token-per-step loop (steps = N, greedy, low-confidence remasking,
   LLaDA-V's early stop; ``seer_export.reference.sampler.generate``);
@@ -33,6 +34,7 @@ from seer_export.reference.fixture import TaskEncoder
 from seer_export.reference.run import answer_of
 from seer_export.reference.sampler import generate, suppress_special
 from seer_trt.contracts.config import GenerationConfig
+from seer_trt.eval import easy_vqa
 from seer_trt.eval.tasks import HELD_OUT_SEED, held_out
 
 
@@ -78,7 +80,10 @@ def measure(args: argparse.Namespace) -> dict:
     model.eval()
     enc = TaskEncoder(folder, model.config)
     v = model.config.vision
-    samples = held_out(args.n, args.seed, enc.family, v.image_size // v.patch_size, v.patch_size)
+    if enc.family == easy_vqa.DATASET:  # the first n questions of its test split, in the dataset's order
+        samples = easy_vqa.load("test", args.n)
+    else:
+        samples = held_out(args.n, args.seed, enc.family, v.image_size // v.patch_size, v.patch_size)
     samples = [s for s in samples if len(enc.answer_ids(s)) <= args.gen_length]
     truth = [enc.answer_ids(s)[:-1] for s in samples]
     special = enc.special

@@ -6,6 +6,15 @@
     python tools/train_fixture.py --model dream --family text --pad-eot 0 --show-pad-eot 0 --minutes 50 \
         --threads 1 --out export/fixtures/tiny-dream  # the Dream family: shifted logits, GQA, text only
 
+``--family easy-vqa`` trains ``tiny-llada-v-vqa`` on easy-vqa's train split (``seer_trt.eval.easy_vqa``; the test split
+is what ``seer-eval --dataset easy-vqa`` scores), with a tower on 64 px pictures in 16 px patches::
+
+    python tools/train_fixture.py --family easy-vqa --image-size 64 --patch-size 16 --minutes 70 --threads 1 \
+        --out export/fixtures/tiny-llada-v-vqa  # then seer-calibrate --model tiny-llada-v-vqa --write
+
+Its pictures have no cells, so the throwaway vision head predicts each patch's mean colour and the share of its
+pixels off the background instead of a cell's colour.
+
 ``--model dream`` trains the Dream family's layout instead (``seer_export.reference.fixture.dream_fixture_config``:
 Dream's ChatML tokens, grouped-query attention with q/k/v biases, shifted logits, no vision tower), on text tasks.
 Dream's loop suppresses nothing, so its padding needs no ``<|eot_id|>`` share (``--pad-eot 0 --show-pad-eot 0``).

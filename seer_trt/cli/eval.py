@@ -62,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--decoding", metavar="RULES",
                    help="decoding rules to measure, comma-separated (e.g. threshold:0.9,factor:1; fixed is always "
                    "included): each under LLaDA-V's early stop, Seer, Seer + early stop and that with the prompt "
-                   "cache, beside the exact fixed loop, instead of the modes table")  # fmt: skip
+                   "cache, and the prompt cache with and without Seer (the default request), beside the exact fixed "
+                   "loop, instead of the modes table")  # fmt: skip
+    g.add_argument("--settings", metavar="SETTINGS",
+                   help="--decoding: only these settings, comma-separated (padded, early_stop, early_stop_reuse, "
+                   "seer, seer_early_stop, seer_early_stop_reuse, reuse, seer_reuse; default all), and only the rules "
+                   "named (fixed is then not added; the exact loop is fixed under padded)")  # fmt: skip
     add_report(ap, plot="write a PNG here: L* minus true length, exact match per mode")
     add_verbose(ap)
     return ap
@@ -83,6 +88,8 @@ def work(args: argparse.Namespace, command: str) -> int:
         raise ConfigError(f"--limit {args.limit} counts a dataset's questions; pass --dataset {DATASET} (or --n)")
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit} (leave it out for the whole split)")
+    if args.settings and not args.decoding:
+        raise ConfigError(f"--settings {args.settings} picks --decoding's settings; pass --decoding RULES too")
     n = args.limit if args.dataset else args.n  # a dataset's default: its whole split
     what = f"{args.dataset} {args.split} split" if args.dataset else f"{args.n} held-out prompts"
     if args.plot:  # before the work, not after it
@@ -101,16 +108,22 @@ def work(args: argparse.Namespace, command: str) -> int:
         from seer_trt.contracts.config import canonical_decoding
         from seer_trt.eval.accuracy import decoding_table, evaluate_decoding
 
-        rules = list(dict.fromkeys(["fixed"] + [canonical_decoding(r) for r in args.decoding.split(",") if r.strip()]))
-        progress(f"{what} x {len(rules)} rules x 6 settings (3 uncut, 3 with Seer's cut)")
+        named = [canonical_decoding(r) for r in args.decoding.split(",") if r.strip()]
+        settings = [s.strip() for s in args.settings.split(",") if s.strip()] if args.settings else None
+        rules = list(dict.fromkeys(named if settings else ["fixed"] + named))
+        from seer_trt.eval.accuracy import DECODING_SETTINGS, UNCUT
+
+        progress(f"{what} x {len(rules)} rules x {len(settings or DECODING_SETTINGS)} settings "
+                 f"({len(UNCUT)} with Seer's cut among all)")  # fmt: skip
         report = evaluate_decoding(args.engines, rules, n, args.seed, args.gen_length, progress, args.threads,
-                                   args.end_tail, args.dataset, args.split)  # fmt: skip
+                                   args.end_tail, args.dataset, args.split, settings)  # fmt: skip
         report["command"] = command
         print(decoding_table(report["rows"], report["n"], report["gen_length"], report["detector"],
                              describe(report["n"], args.dataset, args.split)))  # fmt: skip
         print_baseline(report)
         best = report["fastest_within_0.5_points"]
-        print(f"\nfastest within 0.5 exact-match points of the exact loop: {best['decoding']} / {best['setting']}")
+        if best:
+            print(f"\nfastest within 0.5 exact-match points of the exact loop: {best['decoding']} / {best['setting']}")
         if args.json:
             write_json(args.json, report)
         return 0

@@ -21,7 +21,8 @@ moves them, so their rows compare the two at equal refresh counts.
 
 ``--decoding RULES`` measures decoding strategies instead (docs/DESIGN.md "Decoding strategies"): the exact
 ``fixed`` loop (padded, one token per step by default) first, then each rule under each setting (LLaDA-V's
-early-stop loop, Seer, Seer with early stop, and that with the prompt cache): exact match, answers identical to
+early-stop loop, Seer, Seer with early stop, and that with the prompt cache; the prompt cache with and without
+Seer, the default request's setting): exact match, answers identical to
 the exact fixed loop's, forward passes per answer (Seer's rows add one step-zero pass at the probe's depth) and
 the wall seconds of the setting's batches, the figure the default is chosen from.
 """
@@ -128,17 +129,25 @@ DECODING_SETTINGS = {
     "seer": {"seer": True, "early_stop": False, "cache": "none"},
     "seer_early_stop": {"seer": True, "early_stop": True, "cache": "none"},
     "seer_early_stop_reuse": {"seer": True, "early_stop": True, "cache": "reuse"},
+    "reuse": {"seer": False, "early_stop": False, "cache": "reuse"},
+    "seer_reuse": {"seer": True, "early_stop": False, "cache": "reuse"},  # the default request's setting
 }
-UNCUT = {"seer": "padded", "seer_early_stop": "early_stop", "seer_early_stop_reuse": "early_stop_reuse"}  # pairs
+UNCUT = {"seer": "padded", "seer_early_stop": "early_stop", "seer_early_stop_reuse": "early_stop_reuse",
+         "seer_reuse": "reuse"}  # pairs: a Seer setting and the same setting uncut  # fmt: skip
 EXACT_LOOP = ("fixed", "padded")  # the reference every setting is compared with: no Seer, no stop, no cache
 
 
 def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, rules: list[str],
-                  progress: Callable[[str], None] | None = None) -> dict[tuple[str, str], tuple[list[Result], float]]:  # fmt: skip
-    """(rule, setting) -> (results, wall seconds): the exact fixed loop, then every rule under every setting."""
+                  progress: Callable[[str], None] | None = None,
+                  settings: list[str] | None = None) -> dict[tuple[str, str], tuple[list[Result], float]]:  # fmt: skip
+    """(rule, setting) -> (results, wall seconds): the exact fixed loop, then every rule under every setting
+    (``settings``: only these, the exact loop only where "fixed" and "padded" are among them)."""
     import time
 
-    runs = [EXACT_LOOP] + [(r, s) for r in rules for s in DECODING_SETTINGS if (r, s) != EXACT_LOOP]
+    if settings is None:
+        runs = [EXACT_LOOP] + [(r, s) for r in rules for s in DECODING_SETTINGS if (r, s) != EXACT_LOOP]
+    else:
+        runs = [(r, s) for r in rules for s in settings]
     out = {}
     for rule, setting in runs:
         fields = DECODING_SETTINGS[setting]
@@ -162,10 +171,11 @@ def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | N
 
 def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
                      runs: dict[tuple[str, str], tuple[list[Result], float]]) -> list[dict[str, Any]]:  # fmt: skip
-    """One row per (rule, setting): exact match, = the exact fixed loop, forward passes per answer, seconds; a Seer
-    setting also its cut's cost, paired with the same rule and setting uncut (``UNCUT``) on the same prompts."""
+    """One row per (rule, setting): exact match (overall and per task), = the exact fixed loop, forward passes per
+    answer, seconds; a Seer setting also its premature cuts and its cut's cost, paired with the same rule and setting
+    uncut (``UNCUT``) on the same prompts."""
     truth = [truth_ids(pipe, s) for s in samples]
-    exact = [list(r.token_ids) for r in runs[EXACT_LOOP][0]]
+    exact = [list(r.token_ids) for r in runs[EXACT_LOOP][0]] if EXACT_LOOP in runs else None
     hits = {key: [list(r.token_ids) == t for r, t in zip(results, truth, strict=True)]
             for key, (results, _) in runs.items()}  # fmt: skip
     rows = []
@@ -179,13 +189,18 @@ def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
             "decoding": rule,
             "setting": setting,
             "exact_match": float(np.mean([a == t for a, t in zip(answers, truth, strict=True)])),
-            "match_exact_loop": float(np.mean([a == b for a, b in zip(answers, exact, strict=True)])),
+            "match_exact_loop": None if exact is None
+            else float(np.mean([a == b for a, b in zip(answers, exact, strict=True)])),
             "forward_passes": float(np.mean([r.steps for r in results])),
             "step_zero": setting.startswith("seer"),
             "mean_kept": float(np.mean([r.kept for r in results])),
             "seconds": seconds,
             "answers_per_s": len(results) / seconds,
             "against_uncut": cut_cost,
+            # a Seer setting's cuts shorter than the true answer and its <|eot_id|> (tokens lost); None uncut
+            "premature_cut_rate": float(np.mean([r.kept < len(t) + 1 for r, t in zip(results, truth, strict=True)]))
+            if setting.startswith("seer") else None,
+            "exact_by_task": by_task(samples, hits[(rule, setting)]),
         })  # fmt: skip
     return rows
 
@@ -204,14 +219,21 @@ def decoding_table(rows: list[dict[str, Any]], n: int, gen_length: int, detector
         c = r.get("against_uncut")
         cost = f"{100 * c['exact_a']:.1f} % | {c['only_a']} / {c['only_b']} | {c['p']:.3g}" if c else "- | - | -"
         lines.append(f"| {r['decoding']} | {r['setting']} | {100 * r['exact_match']:.1f} % | "
-                     f"{100 * r['match_exact_loop']:.1f} % | {cost} | {passes} | {r['answers_per_s']:.1f} |")  # fmt: skip
+                     f"{same(r['match_exact_loop'])} | {cost} | {passes} | {r['answers_per_s']:.1f} |")  # fmt: skip
     return "\n".join(lines)
 
 
-def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str, Any]:
+def same(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f} %"
+
+
+def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str, Any] | None:
     """The row with the most answers/s whose exact match is within ``points`` percentage points of the exact
-    fixed loop's (or above it)."""
-    base = next(r for r in rows if (r["decoding"], r["setting"]) == EXACT_LOOP)["exact_match"]
+    fixed loop's (or above it); None without the exact loop."""
+    exact = [r for r in rows if (r["decoding"], r["setting"]) == EXACT_LOOP]
+    if not exact:
+        return None
+    base = exact[0]["exact_match"]
     fit = [r for r in rows if 100 * (base - r["exact_match"]) <= points]
     return max(fit, key=lambda r: r["answers_per_s"])
 
@@ -219,19 +241,26 @@ def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str,
 def evaluate_decoding(engines: str | Path, rules: list[str], n: int | None = 200, seed: int = HELD_OUT_SEED,
                       gen_length: int | None = None, progress: Callable[[str], None] | None = None,
                       threads: int = 0, tail: float | None = None, dataset: str | None = None,
-                      split: str = "test") -> dict[str, Any]:  # fmt: skip
-    """Every decoding rule of ``rules`` under every setting on ``n`` held-out prompts (or a dataset's questions:
-    ``eval_samples``), beside the exact loop (``tail``: Seer's end tail instead of the export's)."""
+                      split: str = "test", settings: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every decoding rule of ``rules`` under every setting (or ``settings``) on ``n`` held-out prompts (or a
+    dataset's questions: ``eval_samples``), beside the exact loop (``tail``: Seer's end tail instead of the export's).
+
+    Raises:
+        ConfigError: a setting not in DECODING_SETTINGS.
+    """
+    unknown = [s for s in settings or () if s not in DECODING_SETTINGS]
+    if unknown:
+        raise ConfigError(f"--settings {unknown}: expected a comma-separated subset of {list(DECODING_SETTINGS)}")
     pipe = open_for_eval(engines, tail, threads=threads, calibrate=True)  # cost model timed before the settings
     samples = eval_samples(pipe, n, seed, dataset, split)
-    rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress))
+    rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress, settings))
     best = fastest_within(rows)
     return {"engines": str(engines), "model": pipe.manifest.model.name, "n": len(samples), "seed": seed,
             "dataset": dataset, "split": split if dataset else None,
             "majority_baseline": majority_baseline(samples, dataset),
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
             "threads": threads, "git": git_sha(),
-            "rows": rows, "fastest_within_0.5_points": {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
+            "rows": rows, "fastest_within_0.5_points": best and {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
 
 
 def open_for_eval(engines: str | Path, tail: float | None, **options: Any) -> SeerPipeline:
