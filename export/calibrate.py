@@ -1,7 +1,8 @@
 """``seer-calibrate``: measure step-zero signals on held-out data and choose a model's Seer calibration.
 
 In:  a registered model, held-out task samples of the family its config.json names (``task_family``; three
-     disjoint seeds: one to fit the probes on, one to choose every detector's settings on, one to report them),
+     disjoint seeds: one to fit the probes on, one to choose every detector's settings on, one to report them;
+     for easy-vqa's fixture three disjoint parts of the train split, never the test split),
      the answer windows N.
 Out: per-layer step-zero profiles around the true answer end (table and PNG); for every layer x signal (the
      paper's |h| < tau_abs statistic, the gate sign, a linear probe on the residual stream, and the full-depth
@@ -41,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seer_export.calibrate_tail import judge_accuracy, judge_tail_only, write_seer
+from seer_export.calibrate_tail import draw_splits, judge_accuracy, judge_tail_only, write_seer
 from seer_trt.cli.common import Parser, add_model, add_verbose, require_extra, run_main
 from seer_trt.contracts.config import SeerConfig
 from seer_trt.eval.report import save_figure, write_json
@@ -368,7 +369,6 @@ def work(args: argparse.Namespace) -> int:
 
     from seer_export.models.registry import load
     from seer_export.reference.fixture import TaskEncoder
-    from seer_trt.eval.tasks import make_samples
 
     model, folder = load(args.model, args.checkpoint)
     model.eval()
@@ -385,11 +385,11 @@ def work(args: argparse.Namespace) -> int:
     paper_seer = SeerConfig().replace(probe_layer=paper_layer)
     split: dict[str, dict[int, Profiles]] = {name: {} for name in SPLITS}
     drawn: dict[str, dict[int, list]] = {name: {} for name in SPLITS}
+    parts = draw_splits(enc, SPLITS, args.n, grid, vision.patch_size)
     with torch.no_grad():
-        for name, seed in SPLITS.items():
+        for name in SPLITS:
             for n in args.gen_length:
-                samples = [s for s in make_samples(seed, args.n, grid, vision.patch_size, enc.family)
-                           if len(enc.answer_ids(s)) < n]  # fmt: skip
+                samples = [s for s in parts[name] if len(enc.answer_ids(s)) < n]
                 drawn[name][n] = samples
                 print(f"step zero on {len(samples)} {name} samples, N = {n}", file=sys.stderr)
                 split[name][n] = collect(model, enc, samples, n, tau_abs, args.batch, probed)

@@ -110,6 +110,17 @@ def judge_accuracy(
     return seer.replace(tail=tail), accurate
 
 
+def draw_splits(enc, seeds: dict[str, int], n: int, grid: int, cell_px: int) -> dict[str, list]:
+    """``n`` samples per split (fit, choose, report): held-out task samples of each split's seed, or for easy-vqa
+    disjoint random parts of its train split (``seer_trt.eval.easy_vqa``: the test split is never used to choose)."""
+    from seer_trt.eval import easy_vqa
+    from seer_trt.eval.tasks import make_samples
+
+    if enc.family == easy_vqa.DATASET:
+        return dict(zip(seeds, easy_vqa.disjoint_parts("train", n, len(seeds)), strict=True))
+    return {name: make_samples(seed, n, grid, cell_px, enc.family) for name, seed in seeds.items()}
+
+
 def write_seer(folder: Path, seer: SeerConfig) -> None:
     config_path = folder / "config.json"
     data = json.loads(config_path.read_text())
@@ -122,10 +133,9 @@ def judge_tail_only(model, enc, folder: Path, grid: int, cell_px: int, args: arg
                     seeds: dict[str, int]) -> int:  # fmt: skip
     """``--tail-only``: the model's own detector kept; only its end tail judged and chosen (``judge_accuracy``) on
     the splits drawn from ``seeds`` ("choose", "report")."""
-    from seer_trt.eval.tasks import make_samples
-
-    drawn = {name: {n: [s for s in make_samples(seeds[name], args.n, grid, cell_px, enc.family)
-                        if len(enc.answer_ids(s)) < n] for n in args.gen_length} for name in ("choose", "report")}  # fmt: skip
+    parts = draw_splits(enc, seeds, args.n, grid, cell_px)
+    drawn = {name: {n: [s for s in parts[name] if len(enc.answer_ids(s)) < n] for n in args.gen_length}
+             for name in ("choose", "report")}  # fmt: skip
     summary = {"model": args.model, "task_family": enc.family, "detector": model.config.seer.describe()}
     seer, accurate = judge_accuracy(model, enc, drawn, model.config.seer, args, summary)
     summary["chosen"], summary["chosen_name"] = seer.to_dict(), seer.describe()

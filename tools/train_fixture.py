@@ -6,6 +6,15 @@
     python tools/train_fixture.py --model dream --family text --pad-eot 0 --show-pad-eot 0 --minutes 50 \
         --threads 1 --out export/fixtures/tiny-dream  # the Dream family: shifted logits, GQA, text only
 
+``--family easy-vqa`` trains ``tiny-llada-v-vqa`` on easy-vqa's train split (``seer_trt.eval.easy_vqa``; the test split
+is what ``seer-eval --dataset easy-vqa`` scores), with a tower on 64 px pictures in 16 px patches::
+
+    python tools/train_fixture.py --family easy-vqa --image-size 64 --patch-size 16 --minutes 70 --threads 1 \
+        --out export/fixtures/tiny-llada-v-vqa  # then seer-calibrate --model tiny-llada-v-vqa --write
+
+Its pictures have no cells, so the throwaway vision head predicts each patch's mean colour and the share of its
+pixels off the background instead of a cell's colour.
+
 ``--model dream`` trains the Dream family's layout instead (``seer_export.reference.fixture.dream_fixture_config``:
 Dream's ChatML tokens, grouped-query attention with q/k/v biases, shifted logits, no vision tower), on text tasks.
 Dream's loop suppresses nothing, so its padding needs no ``<|eot_id|>`` share (``--pad-eot 0 --show-pad-eot 0``).
@@ -40,6 +49,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +66,8 @@ from seer_export.reference.fixture import (
     fixture_config,
     write_tokenizer,
 )
-from seer_trt.eval.tasks import COLORS, DEFAULT_FAMILY, FAMILY_KEY, TASK_FAMILIES, make_sample
+from seer_trt.eval import easy_vqa
+from seer_trt.eval.tasks import COLORS, DEFAULT_FAMILY, FAMILY_KEY, TASK_FAMILIES, Sample, make_sample
 from seer_trt.runtime.image import pixel_tiles
 
 MAX_WINDOW = 128
@@ -64,7 +75,7 @@ IMAGE_TASKS = ("count", "enumerate", "colors", "cell_colors")  # the tasks whose
 TRAIN_SEED = 1_000_000  # held-out sets use seeds below this
 
 
-def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int, family: str = DEFAULT_FAMILY):
+def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int, draw: Callable[[np.random.Generator], Sample]):
     """Samples, their answer lengths (with ``<|eot_id|>``) and windows, for one batch whose window is drawn per batch.
 
     Half the batches are 64 wide and half 128, the answer windows served. Inside a batch a sample's window is
@@ -76,7 +87,7 @@ def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int, family: s
     full, tight = (0.3, 0.35) if g == 64 else (0.5, 0.2)
     samples, needs, lengths = [], [], []
     while len(samples) < batch:
-        s = make_sample(rng, family=family)
+        s = draw(rng)
         need = len(enc.answer_ids(s))
         if need > g:
             continue
@@ -104,6 +115,23 @@ def cell_colours(image: np.ndarray, side: int) -> np.ndarray:
         pixel = cells[k][lit[k]][0]
         out[k] = 1 + int(np.abs(palette - pixel).sum(1).argmin())
     return out
+
+
+def patch_summary(image: np.ndarray, side: int) -> np.ndarray:
+    """[side * side, 4] float32 per vision patch, reading order: its mean RGB in [0, 1] and the share of its pixels
+    that differ from the picture's background (the corner pixel's colour): easy-vqa's pictures have no cells."""
+    h = image.shape[0] // side
+    patches = image.reshape(side, h, side, h, 3).transpose(0, 2, 1, 3, 4).reshape(side * side, h * h, 3)
+    shape = np.abs(patches.astype(np.int16) - image[0, 0].astype(np.int16)).sum(-1) > 30  # [patches, pixels]
+    return np.concatenate([patches.mean(1) / 255, shape.mean(1, keepdims=True)], 1).astype(np.float32)
+
+
+def sampler(family: str) -> Callable[[np.random.Generator], Sample]:
+    """Draws one training sample: a synthetic task of ``family``, or a question of easy-vqa's train split."""
+    if family != easy_vqa.DATASET:
+        return lambda rng: make_sample(rng, family=family)
+    train = easy_vqa.load("train")  # the train split only: the test split is what seer-eval scores
+    return lambda rng: train[int(rng.integers(len(train)))]
 
 
 def save(model: DiffusionMLLM, out: Path, meta: dict) -> None:
@@ -143,8 +171,13 @@ def main() -> None:
         help="share of samples masked in the order the sampler commits: padding revealed (as <|eot_id|>) first",
     )
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast for matmuls (fp32 weights and loss)")
-    ap.add_argument("--family", choices=sorted(TASK_FAMILIES), default=DEFAULT_FAMILY,
-                    help=f"task mixture to train on (default {DEFAULT_FAMILY}, the bundled tiny-llada-v's)")  # fmt: skip
+    ap.add_argument("--family", choices=[*sorted(TASK_FAMILIES), easy_vqa.DATASET], default=DEFAULT_FAMILY,
+                    help=f"task mixture to train on (default {DEFAULT_FAMILY}, the bundled tiny-llada-v's), or "
+                         f"{easy_vqa.DATASET}'s train split")  # fmt: skip
+    ap.add_argument("--image-size", type=int, default=32, help="the vision tower's tile (64 for easy-vqa's pictures)")
+    ap.add_argument(
+        "--patch-size", type=int, default=8, help="the vision tower's patch (16: 4 x 4 tokens of a 64 tile)"
+    )
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
     ap.add_argument("--gen-length", type=int, default=64, help="the config's default answer window (default 64)")
     ap.add_argument(
@@ -158,10 +191,13 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    write_tokenizer(args.out, args.model)
-    vocab = build_tokenizer(args.model).get_vocab_size()
-    cfg = (dream_fixture_config if args.model == "dream" else fixture_config)(vocab, args.gen_length)
-    if args.model == "dream" and any(TASK_FAMILIES[args.family].weights[i] for i, t in
+    write_tokenizer(args.out, args.model, args.family)
+    vocab = build_tokenizer(args.model, args.family).get_vocab_size()
+    if args.model == "dream":
+        cfg = dream_fixture_config(vocab, args.gen_length)
+    else:
+        cfg = fixture_config(vocab, args.gen_length, args.image_size, args.patch_size)
+    if args.model == "dream" and args.family in TASK_FAMILIES and any(TASK_FAMILIES[args.family].weights[i] for i, t in
                                      enumerate(TASK_FAMILIES[args.family].tasks) if t in IMAGE_TASKS):  # fmt: skip
         ap.error(f"--model dream has no vision tower; --family {args.family} holds image tasks (use --family text)")
     data = cfg.to_dict()
@@ -181,7 +217,9 @@ def main() -> None:
         if args.init:
             previous = {"init": str(args.init), **previous}
     side = cfg.vision.image_size // cfg.vision.patch_size
-    aux_head = torch.nn.Linear(cfg.text.hidden_size, 1 + len(COLORS))  # throwaway: never saved
+    dataset = args.family == easy_vqa.DATASET  # its aux target is each patch's summary, not a cell's colour
+    aux_head = torch.nn.Linear(cfg.text.hidden_size, 4 if dataset else 1 + len(COLORS))  # throwaway: never saved
+    draw = sampler(args.family)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params / 1e6:.2f}M  vocab {cfg.text.vocab_size}", flush=True)
     opt = torch.optim.AdamW(
@@ -196,7 +234,7 @@ def main() -> None:
         lr = args.lr * min(1.0, frac / 0.03) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
         for group in opt.param_groups:
             group["lr"] = lr
-        samples, needs, lengths, g = draw_batch(rng, enc, args.batch, args.family)
+        samples, needs, lengths, g = draw_batch(rng, enc, args.batch, draw)
         target = torch.tensor([enc.window(s, g) for s in samples])  # [B, G], padded to g with endoftext
         kept = torch.tensor(lengths)
         in_window = torch.arange(g)[None] < kept[:, None]  # [B, G]
@@ -232,8 +270,13 @@ def main() -> None:
             pixels = torch.cat([torch.from_numpy(pixel_tiles(s.image, cfg.vision.image_size)) for s in with_image])
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
                 feats = model.tile_features(pixels).float()  # [I, T, D]
-            colours = torch.from_numpy(np.stack([cell_colours(s.image, side) for s in with_image]))  # [I, T]
-            aux = F.cross_entropy(aux_head(F.rms_norm(feats, feats.shape[-1:])).flatten(0, 1), colours.flatten())
+            guess = aux_head(F.rms_norm(feats, feats.shape[-1:]))  # [I, T, classes or 4]
+            if dataset:
+                summary = torch.from_numpy(np.stack([patch_summary(s.image, side) for s in with_image]))  # [I, T, 4]
+                aux = F.mse_loss(guess, summary) * 10  # ~ the scale of a cross-entropy
+            else:
+                colours = torch.from_numpy(np.stack([cell_colours(s.image, side) for s in with_image]))  # [I, T]
+                aux = F.cross_entropy(guess.flatten(0, 1), colours.flatten())
             loss = loss + args.vision_aux * aux
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -3,8 +3,9 @@
 In:  a model name (``--model``) and optionally a checkpoint folder (``--checkpoint DIR``).
 Out: the checkpoint folder (``resolve``) or the loaded ``DiffusionMLLM`` with it (``load``).
 
-A bundled model ships inside the package (the ``tiny-llada-v`` fixture, and ``tiny-llada-v-hard``, trained on the
-harder ``hard`` task family so that its confidences spread as a real model's do); a downloaded one is found in a folder
+A bundled model ships inside the package (the ``tiny-llada-v`` fixture, ``tiny-llada-v-hard``, trained on the
+harder ``hard`` task family so that its confidences spread as a real model's do, and ``tiny-llada-v-vqa``, trained on
+the public easy-vqa set); a downloaded one is found in a folder
 the user names or in the local Hugging Face cache, offline. Each entry names its model family
 (``seer_export.models.families``): a checkpoint whose config.json is of another family is refused, so a LaViDa
 checkpoint is never run as LLaDA-V. Later adapters (LaViDa-Dream, LLaDA-8B) add entries here, not code paths.
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # torch is imported where a model is built (load), not to loo
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-llada-v"  # the bundled fixture
 HARD_FIXTURE_DIR = FIXTURE_DIR.parent / "tiny-llada-v-hard"  # the second one: the "hard" task family
 DREAM_FIXTURE_DIR = FIXTURE_DIR.parent / "tiny-dream"  # the Dream family's: shifted logits, GQA, the "text" tasks
+VQA_FIXTURE_DIR = FIXTURE_DIR.parent / "tiny-llada-v-vqa"  # trained on easy-vqa's train split: 64 px pictures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +58,12 @@ MODELS = MappingProxyType(
                 None,
                 HARD_FIXTURE_DIR,
                 "the same architecture trained on the harder task family: spread confidences (bundled)",
+            ),
+            ModelEntry(
+                "tiny-llada-v-vqa",
+                None,
+                VQA_FIXTURE_DIR,
+                "the same architecture, its tower on 64 px pictures, trained on easy-vqa's train split (bundled)",
             ),
             ModelEntry(
                 "tiny-dream",

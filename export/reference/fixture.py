@@ -23,6 +23,7 @@ from seer_export.models.mllm import DiffusionMLLM, left_pad_prompts
 from seer_trt.contracts.config import GenerationConfig
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, IMAGE_TOKEN
+from seer_trt.eval import easy_vqa
 from seer_trt.eval.tasks import DEFAULT_FAMILY, FAMILY_KEY, Sample, task_family, vocabulary
 from seer_trt.runtime.image import anyres_tiles, center_crop_tile, pixel_tiles
 from seer_trt.runtime.prompt import ChatFormat, ChatTokenizer
@@ -53,16 +54,21 @@ CHATML_TEMPLATE = (
 DREAM_SPECIAL_STRINGS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|beginoftext|>", "<|mask|>"]
 
 
-def build_tokenizer(family: str = "llada-v"):
+def build_tokenizer(family: str = "llada-v", task: str = DEFAULT_FAMILY):
     """A word-level tokenizer over the task's vocabulary (its role words included) plus the model family's special
-    tokens (LLaDA-V's, or Dream's ChatML ones)."""
+    tokens (LLaDA-V's, or Dream's ChatML ones).
+
+    ``task``: a synthetic task family (words split at spaces), or easy-vqa (``seer_trt.eval.easy_vqa``: its
+    published questions, so punctuation splits from words: "shape?" is "shape" "?").
+    """
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
     dream = bool(FAMILIES[family].special_strings)
-    words = ["[UNK]"] + vocabulary()
+    dataset = task == easy_vqa.DATASET
+    words = ["[UNK]"] + (easy_vqa.vocabulary() if dataset else vocabulary())
     vocab = {w: i for i, w in enumerate(words)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace() if dataset else pre_tokenizers.WhitespaceSplit()
     strings = DREAM_SPECIAL_STRINGS if dream else SPECIAL_STRINGS
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in strings])
     return tok
@@ -82,10 +88,13 @@ def tokenizer_config(family: str = "llada-v") -> dict:
     }
 
 
-def fixture_config(vocab_size: int, gen_length: int = 64) -> DiffusionMLLMConfig:
-    """LLaDA-V's layout at 1.8M parameters: 8 layers of width 128, a 2-layer SigLIP on 32 px images.
+def fixture_config(
+    vocab_size: int, gen_length: int = 64, image_size: int = 32, patch_size: int = 8
+) -> DiffusionMLLMConfig:
+    """LLaDA-V's layout at 1.8M parameters: 8 layers of width 128, a 3-layer SigLIP on 32 px images in 8 px patches.
 
-    ``gen_length``: the default answer window (and steps, one block) of the config's generation settings.
+    ``gen_length``: the default answer window (and steps, one block) of the config's generation settings;
+    ``image_size``, ``patch_size``: the tower's tile and patch (easy-vqa's fixture reads 64 px in 16 px patches).
     """
     return DiffusionMLLMConfig(
         text=TextConfig(
@@ -103,8 +112,8 @@ def fixture_config(vocab_size: int, gen_length: int = 64) -> DiffusionMLLMConfig
             intermediate_size=128,
             num_hidden_layers=3,
             num_attention_heads=2,
-            image_size=32,
-            patch_size=8,
+            image_size=image_size,
+            patch_size=patch_size,
             layer_norm_eps=1e-6,
         ),  # fmt: skip
         image_aspect_ratio="pad",
@@ -129,9 +138,9 @@ def dream_fixture_config(vocab_size: int, gen_length: int = 64) -> DiffusionMLLM
     )  # fmt: skip
 
 
-def write_tokenizer(folder: Path, family: str = "llada-v") -> None:
+def write_tokenizer(folder: Path, family: str = "llada-v", task: str = DEFAULT_FAMILY) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(family).save(str(folder / "tokenizer.json"))
+    build_tokenizer(family, task).save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(family), indent=2) + "\n")
 
 
@@ -142,6 +151,8 @@ def fixture_family(folder: Path) -> str:
         ConfigError: the config names a family ``seer_trt.eval.tasks`` does not know.
     """
     name = json.loads((Path(folder) / "config.json").read_text()).get(FAMILY_KEY, DEFAULT_FAMILY)
+    if name == easy_vqa.DATASET:
+        return name
     try:
         task_family(name)
     except ValueError as err:

@@ -418,7 +418,7 @@ def add_model(ap: argparse.ArgumentParser, default: str = "tiny-llada-v") -> Non
     g = ap.add_argument_group("model")
     g.add_argument("--model", default=default,
                    help=f"registered model: tiny-llada-v (the bundled fixture), tiny-llada-v-hard (the bundled fixture "
-                   f"with real-model-like confidences), tiny-dream (the bundled Dream-family fixture: shifted logits), "
+                   f"with real-model-like confidences), tiny-llada-v-vqa (the bundled fixture trained on easy-vqa), tiny-dream (the bundled Dream-family fixture: shifted logits), "
                    f"llada-v, lavida-llada, mmada, dream, lavida-dream (default: {default})")  # fmt: skip
     g.add_argument("--checkpoint", type=Path,
                    help="checkpoint folder (config.json, safetensors, tokenizer); default: the registry's, or the "

@@ -1,5 +1,5 @@
-"""``seer-eval``: accuracy of every mode, or fidelity of every cache policy, on held-out fixture prompts
-(``seer_trt.eval.accuracy`` does the work; docs/DESIGN.md "Measuring")."""
+"""``seer-eval``: accuracy of every mode, or fidelity of every cache policy, on held-out fixture prompts or a public
+dataset's questions (``--dataset easy-vqa``) (``seer_trt.eval.accuracy`` does the work; docs/DESIGN.md "Measuring")."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from seer_trt.cli.common import (
 )
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.policies import CACHE_MODES
+from seer_trt.eval.easy_vqa import DATASET
 from seer_trt.eval.tasks import HELD_OUT_SEED
 
 PROG = "seer-eval"
@@ -34,6 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_engines(ap, "export folder (seer-export --model tiny-llada-v)")
     add_samples(ap, n=200, seed=HELD_OUT_SEED)
+    g = ap.add_argument_group("public dataset (instead of the fixture's held-out prompts)")
+    g.add_argument("--dataset", choices=[DATASET],
+                   help=f"score a public dataset's questions (exact match against its answers) instead of held-out "
+                   f"fixture prompts; {DATASET} needs the evaluation extra (pip install 'seer-trt[eval]') and an "
+                   "export of tiny-llada-v-vqa")  # fmt: skip
+    g.add_argument("--split", choices=["train", "test"], default="test", help="--dataset's split (default test)")
+    g.add_argument("--limit", type=int, metavar="N",
+                   help="--dataset: the first N questions in the dataset's order (default: the whole split)")  # fmt: skip
     ap.add_argument("--gen-length", type=int, help="answer window N (default: the export's)")
     add_threads(ap)
     ap.add_argument("--end-tail", type=float, metavar="SHARE",
@@ -53,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--decoding", metavar="RULES",
                    help="decoding rules to measure, comma-separated (e.g. threshold:0.9,factor:1; fixed is always "
                    "included): each under LLaDA-V's early stop, Seer, Seer + early stop and that with the prompt "
-                   "cache, beside the exact fixed loop, instead of the modes table")  # fmt: skip
+                   "cache, and the prompt cache with and without Seer (the default request), beside the exact fixed "
+                   "loop, instead of the modes table")  # fmt: skip
+    g.add_argument("--settings", metavar="SETTINGS",
+                   help="--decoding: only these settings, comma-separated (padded, early_stop, early_stop_reuse, "
+                   "seer, seer_early_stop, seer_early_stop_reuse, reuse, seer_reuse; default all), and only the rules "
+                   "named (fixed is then not added; the exact loop is fixed under padded)")  # fmt: skip
     add_report(ap, plot="write a PNG here: L* minus true length, exact match per mode")
     add_verbose(ap)
     return ap
@@ -65,11 +79,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def work(args: argparse.Namespace, command: str) -> int:
     from seer_trt.eval import cache_fidelity
-    from seer_trt.eval.accuracy import MODES, cache_policies, evaluate, evaluate_cache, plot, table
+    from seer_trt.eval.accuracy import MODES, cache_policies, describe, evaluate, evaluate_cache, plot, table
     from seer_trt.eval.report import write_json
 
     if args.n < 1:
         raise ConfigError(f"--n must be >= 1, got {args.n}")
+    if args.limit is not None and not args.dataset:
+        raise ConfigError(f"--limit {args.limit} counts a dataset's questions; pass --dataset {DATASET} (or --n)")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {args.limit} (leave it out for the whole split)")
+    if args.settings and not args.decoding:
+        raise ConfigError(f"--settings {args.settings} picks --decoding's settings; pass --decoding RULES too")
+    n = args.limit if args.dataset else args.n  # a dataset's default: its whole split
+    what = f"{args.dataset} {args.split} split" if args.dataset else f"{args.n} held-out prompts"
     if args.plot:  # before the work, not after it
         require_extra("seer-eval --plot", ("matplotlib",))
         if args.plot.is_dir():
@@ -86,35 +108,56 @@ def work(args: argparse.Namespace, command: str) -> int:
         from seer_trt.contracts.config import canonical_decoding
         from seer_trt.eval.accuracy import decoding_table, evaluate_decoding
 
-        rules = list(dict.fromkeys(["fixed"] + [canonical_decoding(r) for r in args.decoding.split(",") if r.strip()]))
-        progress(f"{args.n} prompts x {len(rules)} rules x 6 settings (3 uncut, 3 with Seer's cut)")
-        report = evaluate_decoding(args.engines, rules, args.n, args.seed, args.gen_length, progress, args.threads,
-                                   args.end_tail)  # fmt: skip
+        named = [canonical_decoding(r) for r in args.decoding.split(",") if r.strip()]
+        settings = [s.strip() for s in args.settings.split(",") if s.strip()] if args.settings else None
+        rules = list(dict.fromkeys(named if settings else ["fixed"] + named))
+        from seer_trt.eval.accuracy import DECODING_SETTINGS, UNCUT
+
+        progress(f"{what} x {len(rules)} rules x {len(settings or DECODING_SETTINGS)} settings "
+                 f"({len(UNCUT)} with Seer's cut among all)")  # fmt: skip
+        report = evaluate_decoding(args.engines, rules, n, args.seed, args.gen_length, progress, args.threads,
+                                   args.end_tail, args.dataset, args.split, settings)  # fmt: skip
         report["command"] = command
-        print(decoding_table(report["rows"], args.n, report["gen_length"], report["detector"]))
+        print(decoding_table(report["rows"], report["n"], report["gen_length"], report["detector"],
+                             describe(report["n"], args.dataset, args.split)))  # fmt: skip
+        print_baseline(report)
         best = report["fastest_within_0.5_points"]
-        print(f"\nfastest within 0.5 exact-match points of the exact loop: {best['decoding']} / {best['setting']}")
+        if best:
+            print(f"\nfastest within 0.5 exact-match points of the exact loop: {best['decoding']} / {best['setting']}")
         if args.json:
             write_json(args.json, report)
         return 0
     if args.cache:
         configs = cache_policies(args.cache, args.refresh_interval, args.forecast_order, args.drift_gate)
-        progress(f"{args.n} prompts x {len(configs) + 1} cache policies (the exact loop first)")
-        report = evaluate_cache(args.engines, configs, args.n, args.seed, args.gen_length, progress)
+        progress(f"{what} x {len(configs) + 1} cache policies (the exact loop first)")
+        report = evaluate_cache(args.engines, configs, n, args.seed, args.gen_length, progress, args.dataset,
+                                args.split)  # fmt: skip
         report["command"] = command
-        print(cache_fidelity.table(report, args.n, report["gen_length"], report["detector"]))
+        print(cache_fidelity.table(report, report["n"], report["gen_length"], report["detector"],
+                                   describe(report["n"], args.dataset, args.split)))  # fmt: skip
         if args.json:
             write_json(args.json, report)
         return 0
-    progress(f"{args.n} prompts x {len(MODES)} modes ({', '.join(MODES)})")
-    report = evaluate(args.engines, args.n, args.seed, args.gen_length, progress=progress, tail=args.end_tail)
+    progress(f"{what} x {len(MODES)} modes ({', '.join(MODES)})")
+    report = evaluate(args.engines, n, args.seed, args.gen_length, progress=progress, tail=args.end_tail,
+                      dataset=args.dataset, split=args.split)  # fmt: skip
     report["command"] = command
-    print(table(report["modes"], args.n, report["gen_length"], report["detector"]))
+    print(table(report["modes"], report["n"], report["gen_length"], report["detector"],
+                describe(report["n"], args.dataset, args.split)))  # fmt: skip
+    print_baseline(report)
     if args.json:
         write_json(args.json, report)
     if args.plot:
         plot(report["modes"], args.plot, report["gen_length"], report["detector"])
     return 0
+
+
+def print_baseline(report: dict) -> None:
+    """A dataset's majority-answer baseline, under its table."""
+    base = report.get("majority_baseline")
+    if base:
+        print(f"\nmajority-answer baseline (the train split's most frequent answer, {base['answer']!r}, to every "
+              f"question): {100 * base['exact_match']:.1f} %")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ moves them, so their rows compare the two at equal refresh counts.
 
 ``--decoding RULES`` measures decoding strategies instead (docs/DESIGN.md "Decoding strategies"): the exact
 ``fixed`` loop (padded, one token per step by default) first, then each rule under each setting (LLaDA-V's
-early-stop loop, Seer, Seer with early stop, and that with the prompt cache): exact match, answers identical to
+early-stop loop, Seer, Seer with early stop, and that with the prompt cache; the prompt cache with and without
+Seer, the default request's setting): exact match, answers identical to
 the exact fixed loop's, forward passes per answer (Seer's rows add one step-zero pass at the probe's depth) and
 the wall seconds of the setting's batches, the figure the default is chosen from.
 """
@@ -37,7 +38,7 @@ import numpy as np
 
 from seer_trt.contracts.errors import ConfigError, SeerError
 from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_POLICY, CacheConfig
-from seer_trt.eval import cache_fidelity
+from seer_trt.eval import cache_fidelity, easy_vqa
 from seer_trt.eval.paired import paired
 from seer_trt.eval.report import git_sha, save_figure
 from seer_trt.eval.tasks import HELD_OUT_SEED, Sample, held_out, vocabulary
@@ -68,6 +69,40 @@ def fixture_samples(pipe: SeerPipeline, n: int, seed: int) -> list[Sample]:
     return held_out(n, seed, pipe.manifest.model.task_family, v.image_size // v.patch_size, v.patch_size)
 
 
+def eval_samples(pipe: SeerPipeline, n: int | None, seed: int, dataset: str | None = None,
+                 split: str = "test") -> list[Sample]:  # fmt: skip
+    """What an evaluation scores: ``n`` held-out fixture prompts of ``seed`` (``dataset`` None), or the first ``n``
+    questions of a public dataset's ``split`` in its own order (``n`` None: the whole split).
+
+    Raises:
+        ConfigError: an unknown dataset, or an export whose tokenizer does not know the dataset's answers.
+    """
+    if dataset is None:
+        return fixture_samples(pipe, 200 if n is None else n, seed)
+    if dataset != easy_vqa.DATASET:
+        raise ConfigError(f"--dataset {dataset!r}: expected {easy_vqa.DATASET} (or no --dataset: the fixture's task)")
+    samples = easy_vqa.load(split, n)
+    vocab = pipe.prompts.tokenizer.get_vocab()
+    unknown = sorted({s.answer[0] for s in samples} - set(vocab))
+    if unknown:
+        raise ConfigError(f"this export ({pipe.manifest.model.name}) cannot write {dataset}'s answers {unknown[:5]} "
+                          f"(its tokenizer lacks them); --dataset {dataset} measures exports of tiny-llada-v-vqa")  # fmt: skip
+    return samples
+
+
+def describe(n: int, dataset: str | None, split: str) -> str:
+    """The prompts of a table's title: "200 held-out fixture prompts" or "9673 questions of easy-vqa's test split"."""
+    return f"{n} held-out fixture prompts" if dataset is None else f"{n} questions of {dataset}'s {split} split"
+
+
+def majority_baseline(samples: list[Sample], dataset: str | None) -> dict[str, Any] | None:
+    """A dataset's majority-answer baseline on ``samples``: the train split's most frequent answer, given to all."""
+    if dataset is None:
+        return None
+    answer = easy_vqa.majority_answer("train")
+    return {"answer": answer, "exact_match": float(np.mean([s.answer == (answer,) for s in samples]))}
+
+
 def truth_ids(pipe: SeerPipeline, sample: Sample) -> list[int]:
     """The true answer ids, without ``<|eot_id|>``."""
     return pipe.prompts.tokenizer.encode(" ".join(sample.answer), add_special_tokens=False).ids
@@ -94,17 +129,25 @@ DECODING_SETTINGS = {
     "seer": {"seer": True, "early_stop": False, "cache": "none"},
     "seer_early_stop": {"seer": True, "early_stop": True, "cache": "none"},
     "seer_early_stop_reuse": {"seer": True, "early_stop": True, "cache": "reuse"},
+    "reuse": {"seer": False, "early_stop": False, "cache": "reuse"},
+    "seer_reuse": {"seer": True, "early_stop": False, "cache": "reuse"},  # the default request's setting
 }
-UNCUT = {"seer": "padded", "seer_early_stop": "early_stop", "seer_early_stop_reuse": "early_stop_reuse"}  # pairs
+UNCUT = {"seer": "padded", "seer_early_stop": "early_stop", "seer_early_stop_reuse": "early_stop_reuse",
+         "seer_reuse": "reuse"}  # pairs: a Seer setting and the same setting uncut  # fmt: skip
 EXACT_LOOP = ("fixed", "padded")  # the reference every setting is compared with: no Seer, no stop, no cache
 
 
 def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None, rules: list[str],
-                  progress: Callable[[str], None] | None = None) -> dict[tuple[str, str], tuple[list[Result], float]]:  # fmt: skip
-    """(rule, setting) -> (results, wall seconds): the exact fixed loop, then every rule under every setting."""
+                  progress: Callable[[str], None] | None = None,
+                  settings: list[str] | None = None) -> dict[tuple[str, str], tuple[list[Result], float]]:  # fmt: skip
+    """(rule, setting) -> (results, wall seconds): the exact fixed loop, then every rule under every setting
+    (``settings``: only these, the exact loop only where "fixed" and "padded" are among them)."""
     import time
 
-    runs = [EXACT_LOOP] + [(r, s) for r in rules for s in DECODING_SETTINGS if (r, s) != EXACT_LOOP]
+    if settings is None:
+        runs = [EXACT_LOOP] + [(r, s) for r in rules for s in DECODING_SETTINGS if (r, s) != EXACT_LOOP]
+    else:
+        runs = [(r, s) for r in rules for s in settings]
     out = {}
     for rule, setting in runs:
         fields = DECODING_SETTINGS[setting]
@@ -128,10 +171,11 @@ def run_decodings(pipe: SeerPipeline, samples: list[Sample], gen_length: int | N
 
 def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
                      runs: dict[tuple[str, str], tuple[list[Result], float]]) -> list[dict[str, Any]]:  # fmt: skip
-    """One row per (rule, setting): exact match, = the exact fixed loop, forward passes per answer, seconds; a Seer
-    setting also its cut's cost, paired with the same rule and setting uncut (``UNCUT``) on the same prompts."""
+    """One row per (rule, setting): exact match (overall and per task), = the exact fixed loop, forward passes per
+    answer, seconds; a Seer setting also its premature cuts and its cut's cost, paired with the same rule and setting
+    uncut (``UNCUT``) on the same prompts."""
     truth = [truth_ids(pipe, s) for s in samples]
-    exact = [list(r.token_ids) for r in runs[EXACT_LOOP][0]]
+    exact = [list(r.token_ids) for r in runs[EXACT_LOOP][0]] if EXACT_LOOP in runs else None
     hits = {key: [list(r.token_ids) == t for r, t in zip(results, truth, strict=True)]
             for key, (results, _) in runs.items()}  # fmt: skip
     rows = []
@@ -145,20 +189,26 @@ def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
             "decoding": rule,
             "setting": setting,
             "exact_match": float(np.mean([a == t for a, t in zip(answers, truth, strict=True)])),
-            "match_exact_loop": float(np.mean([a == b for a, b in zip(answers, exact, strict=True)])),
+            "match_exact_loop": None if exact is None
+            else float(np.mean([a == b for a, b in zip(answers, exact, strict=True)])),
             "forward_passes": float(np.mean([r.steps for r in results])),
             "step_zero": setting.startswith("seer"),
             "mean_kept": float(np.mean([r.kept for r in results])),
             "seconds": seconds,
             "answers_per_s": len(results) / seconds,
             "against_uncut": cut_cost,
+            # a Seer setting's cuts shorter than the true answer and its <|eot_id|> (tokens lost); None uncut
+            "premature_cut_rate": float(np.mean([r.kept < len(t) + 1 for r, t in zip(results, truth, strict=True)]))
+            if setting.startswith("seer") else None,
+            "exact_by_task": by_task(samples, hits[(rule, setting)]),
         })  # fmt: skip
     return rows
 
 
-def decoding_table(rows: list[dict[str, Any]], n: int, gen_length: int, detector: str) -> str:
+def decoding_table(rows: list[dict[str, Any]], n: int, gen_length: int, detector: str, what: str = "") -> str:
+    """``what``: the prompts (``describe``); default "{n} held-out prompts"."""
     lines = [
-        f"{n} held-out prompts, gen_length {gen_length}; seer = {detector}; exact loop = fixed, padded, cache none; "
+        f"{what or f'{n} held-out prompts'}, gen_length {gen_length}; seer = {detector}; exact loop = fixed, padded, cache none; "
         "the cut's cost: against the same rule and setting uncut, answers lost / gained and McNemar's exact p",
         "| decoding | setting | exact match | = exact loop | uncut exact | lost / gained | McNemar p "
         "| forward passes / answer | answers/s (eval batches) |",
@@ -169,31 +219,48 @@ def decoding_table(rows: list[dict[str, Any]], n: int, gen_length: int, detector
         c = r.get("against_uncut")
         cost = f"{100 * c['exact_a']:.1f} % | {c['only_a']} / {c['only_b']} | {c['p']:.3g}" if c else "- | - | -"
         lines.append(f"| {r['decoding']} | {r['setting']} | {100 * r['exact_match']:.1f} % | "
-                     f"{100 * r['match_exact_loop']:.1f} % | {cost} | {passes} | {r['answers_per_s']:.1f} |")  # fmt: skip
+                     f"{same(r['match_exact_loop'])} | {cost} | {passes} | {r['answers_per_s']:.1f} |")  # fmt: skip
     return "\n".join(lines)
 
 
-def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str, Any]:
+def same(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f} %"
+
+
+def fastest_within(rows: list[dict[str, Any]], points: float = 0.5) -> dict[str, Any] | None:
     """The row with the most answers/s whose exact match is within ``points`` percentage points of the exact
-    fixed loop's (or above it)."""
-    base = next(r for r in rows if (r["decoding"], r["setting"]) == EXACT_LOOP)["exact_match"]
+    fixed loop's (or above it); None without the exact loop."""
+    exact = [r for r in rows if (r["decoding"], r["setting"]) == EXACT_LOOP]
+    if not exact:
+        return None
+    base = exact[0]["exact_match"]
     fit = [r for r in rows if 100 * (base - r["exact_match"]) <= points]
     return max(fit, key=lambda r: r["answers_per_s"])
 
 
-def evaluate_decoding(engines: str | Path, rules: list[str], n: int = 200, seed: int = HELD_OUT_SEED,
+def evaluate_decoding(engines: str | Path, rules: list[str], n: int | None = 200, seed: int = HELD_OUT_SEED,
                       gen_length: int | None = None, progress: Callable[[str], None] | None = None,
-                      threads: int = 0, tail: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Every decoding rule of ``rules`` under every setting on ``n`` held-out prompts, beside the exact loop
-    (``tail``: Seer's end tail instead of the export's)."""
+                      threads: int = 0, tail: float | None = None, dataset: str | None = None,
+                      split: str = "test", settings: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every decoding rule of ``rules`` under every setting (or ``settings``) on ``n`` held-out prompts (or a
+    dataset's questions: ``eval_samples``), beside the exact loop (``tail``: Seer's end tail instead of the export's).
+
+    Raises:
+        ConfigError: a setting not in DECODING_SETTINGS.
+    """
+    unknown = [s for s in settings or () if s not in DECODING_SETTINGS]
+    if unknown:
+        raise ConfigError(f"--settings {unknown}: expected a comma-separated subset of {list(DECODING_SETTINGS)}")
     pipe = open_for_eval(engines, tail, threads=threads, calibrate=True)  # cost model timed before the settings
-    samples = fixture_samples(pipe, n, seed)
-    rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress))
+    samples = eval_samples(pipe, n, seed, dataset, split)
+    rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress, settings))
     best = fastest_within(rows)
-    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": n, "seed": seed,
+    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": len(samples), "seed": seed,
+            "dataset": dataset, "split": split if dataset else None,
+            "majority_baseline": majority_baseline(samples, dataset),
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
             "threads": threads, "git": git_sha(),
-            "rows": rows, "fastest_within_0.5_points": {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
+            "rows": rows, "fastest_within_0.5_points": best and {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
 
 
 def open_for_eval(engines: str | Path, tail: float | None, **options: Any) -> SeerPipeline:
@@ -263,10 +330,12 @@ def by_task(samples: list[Sample], hits: list[bool]) -> dict[str, dict[str, int]
     return dict(sorted(out.items()))
 
 
-def table(m: dict[str, Any], n: int, gen_length: int, detector: str = "") -> str:
-    """``detector``: what "seer" cut with (``SeerConfig.describe``), printed under the title."""
+def table(m: dict[str, Any], n: int, gen_length: int, detector: str = "", what: str = "") -> str:
+    """``detector``: what "seer" cut with (``SeerConfig.describe``), printed under the title; ``what``: the prompts
+    (``describe``; default "{n} held-out fixture prompts")."""
     lines = [
-        f"{n} held-out fixture prompts, gen_length {gen_length}" + (f"; seer = {detector}" if detector else ""),
+        f"{what or f'{n} held-out fixture prompts'}, gen_length {gen_length}"
+        + (f"; seer = {detector}" if detector else ""),
         "| mode | exact match | = padded | lost / gained vs padded | McNemar p | premature cuts | kept / true "
         "| mean kept | mean steps |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -314,21 +383,24 @@ def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> 
     save_figure(fig, path)
 
 
-def evaluate(engines: str | Path, n: int = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
+def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
              policy: str = DEFAULT_POLICY, progress: Callable[[str], None] | None = None,
-             tail: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run every mode on ``n`` held-out prompts and return the figures (what ``--json`` writes); ``tail``: Seer's
-    end tail instead of the export's (it cuts the oracle's window too)."""
+             tail: float | None = None, dataset: str | None = None, split: str = "test") -> dict[str, Any]:  # fmt: skip
+    """Run every mode on ``n`` held-out prompts (or a dataset's questions: ``eval_samples``) and return the figures
+    (what ``--json`` writes); ``tail``: Seer's end tail instead of the export's (it cuts the oracle's window too)."""
     pipe = open_for_eval(engines, tail, policy=policy)
-    samples = fixture_samples(pipe, n, seed)
+    samples = eval_samples(pipe, n, seed, dataset, split)
     gen = gen_length or pipe.manifest.generation.gen_length
     results = run_modes(pipe, samples, gen_length, progress=progress)
     m = metrics(pipe, samples, results)
     return {
         "engines": str(engines),
         "model": pipe.manifest.model.name,
-        "n": n,
+        "n": len(samples),
         "seed": seed,
+        "dataset": dataset,
+        "split": split if dataset else None,
+        "majority_baseline": majority_baseline(samples, dataset),
         "gen_length": gen,
         "seer": dataclasses.asdict(pipe.seer),
         "detector": pipe.seer.describe(),
@@ -357,13 +429,16 @@ def cache_policies(modes: str, intervals: str, order: int, drift: float | None) 
     return configs
 
 
-def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int = 200, seed: int = HELD_OUT_SEED,
-                   gen_length: int | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (``cache_fidelity``)."""
+def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int | None = 200, seed: int = HELD_OUT_SEED,
+                   gen_length: int | None = None, progress: Callable[[str], None] | None = None,
+                   dataset: str | None = None, split: str = "test") -> dict[str, Any]:  # fmt: skip
+    """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (or a dataset's
+    questions: ``eval_samples``) (``cache_fidelity``)."""
     pipe = SeerPipeline.from_manifest(engines)
-    samples = fixture_samples(pipe, n, seed)
+    samples = eval_samples(pipe, n, seed, dataset, split)
     truth = [truth_ids(pipe, s) for s in samples]
     report = cache_fidelity.fidelity(pipe, samples, truth, gen_length, configs, progress)
-    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": n, "seed": seed,
+    return {"engines": str(engines), "model": pipe.manifest.model.name, "n": len(samples), "seed": seed,
+            "dataset": dataset, "split": split if dataset else None,
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
             "git": git_sha(), **report}  # fmt: skip

@@ -101,10 +101,11 @@ def fidelity(pipe: SeerPipeline, samples: list[Sample], truth: list[list[int]], 
     return {"rows": rows}
 
 
-def table(report: dict[str, Any], n: int, gen_length: int, detector: str) -> str:
-    """The fidelity rows as markdown; reuse and forecast of one interval side by side by construction of the list."""
+def table(report: dict[str, Any], n: int, gen_length: int, detector: str, what: str = "") -> str:
+    """The fidelity rows as markdown; reuse and forecast of one interval side by side by construction of the list
+    (``what``: the prompts, default "{n} held-out fixture prompts")."""
     lines = [
-        f"{n} held-out fixture prompts, gen_length {gen_length}, Seer ({detector}); exact loop = cache none",
+        f"{what or f'{n} held-out fixture prompts'}, gen_length {gen_length}, Seer ({detector}); exact loop = cache none",
         "| cache policy | exact match | vs exact loop | same answer as exact | token agreement | refreshes / request "
         "| steps / request | K/V error at refresh: reuse / forecast (forecast better) |",
         "|---|---|---|---|---|---|---|---|",
