@@ -44,11 +44,11 @@ def launch(prog: str, module: str, argv: list[str] | None = None) -> int:
     """Import ``module`` and return its ``main(argv)``. SIGTERM and SIGHUP (where not ignored) raise a
     KeyboardInterrupt for the whole command, as Ctrl-C does, so every command ends on them with one line and
     128 + the signal (``seer_trt.cli.common.run_main``); an interrupt during the import says so."""
-    try:  # a Ctrl-C may come while the handlers are being installed, too
-        for s in _START_SIGNALS:
+    try:  # a Ctrl-C may come while the handlers are being installed, too, or while main builds its parser (before
+        for s in _START_SIGNALS:  # run_main's own guard: argparse imports gettext and locale lazily)
             if signal.getsignal(s) is signal.SIG_DFL:
                 signal.signal(s, _raise)
-        main = importlib.import_module(module).main
+        return importlib.import_module(module).main(argv)
     except BaseException as err:
         interrupt = by_interrupt(err)
         if interrupt is None:
@@ -56,7 +56,6 @@ def launch(prog: str, module: str, argv: list[str] | None = None) -> int:
         signum = getattr(interrupt, "signum", signal.SIGINT)
         print(f"{prog}: interrupted ({signal.Signals(signum).name}) while starting; nothing was done", file=sys.stderr)
         return 128 + int(signum)
-    return main(argv)
 
 
 def _entry(prog: str, module: str):
