@@ -1,6 +1,6 @@
 """Triton against seer-serve on one export, in one run (docs/results.md "Triton: one engine, streaming").
 
-    python tools/triton_compare.py ENGINES ENGINE_REPO BLS_REPO
+    python experiments/triton_compare.py ENGINES ENGINE_REPO BLS_REPO
 
 ENGINE_REPO: ``seer-triton --flavour cpu`` (the decoupled engine model); BLS_REPO: the same with ``--orchestration
 bls`` (the per-instance BLS loop). Starts seer-serve and both tritonservers on 127.0.0.1, then: 48 held-out text
