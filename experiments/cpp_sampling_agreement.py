@@ -1,6 +1,6 @@
 """How often the C++ runtime's sampled answers differ from the Python runtime's on the same requests.
 
-    python tools/cpp_sampling_agreement.py EXPORT LIBSEER N [--topk] [--temperature T] [--top-p P]
+    python experiments/cpp_sampling_agreement.py EXPORT LIBSEER N [--topk] [--temperature T] [--top-p P]
 
 N held-out prompts (``make_samples(23, N)``, text and image) at temperature 0.8, top_p 0.9 (or T, P), seed 1000 + i,
 through
