@@ -922,40 +922,35 @@ def test_four_threads_on_one_pipeline_give_the_sequential_answers(cpp, cpp_reque
 
 def test_readme_cpp_example_builds_and_prints_what_it_says(cpp_build, folder, tmp_path):
     """The README's C++ example and its g++ command, verbatim, against this build, where the set-up's export lies."""
-    readme = (ROOT / "README.md").read_text()
-    section = re.search(r"^## C\+\+\n(.*?)(?=^## |\Z)", readme, re.S | re.M).group(1)
-    code = re.search(r"```cpp\n(.*?)```", section, re.S).group(1)
-    command = re.search(r"`(g\+\+ -std=c\+\+17 example\.cpp [^`]+)`", section).group(1)
-    printed = re.search(r"it\s+prints `([^`]+)`", section).group(1)
-    (tmp_path / "example.cpp").write_text(code)
+    out, printed = run_readme_example(tmp_path, folder, cpp_build, "cpp", r"g\+\+ -std=c\+\+17 example\.cpp [^`]+",
+                                      r"it\s+prints `([^`]+)`", "example")  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == printed, (out.stdout, out.stderr)
+
+
+def run_readme_example(tmp_path: Path, folder: Path, cpp_build: Path, fence: str, command: str, printed: str,
+                       binary: str):  # fmt: skip
+    """The README's C++ section's ``fence`` block built by its ``command`` (a pattern), verbatim, against this build
+    where the set-up's export lies, and run: (the run, what the README says it prints: ``printed``'s group)."""
+    section = re.search(r"^## C\+\+\n(.*?)(?=^## |\Z)", (ROOT / "README.md").read_text(), re.S | re.M).group(1)
+    code = re.search(rf"```{fence}\n(.*?)```", section, re.S).group(1)
+    build = re.search(rf"`({command})`", section).group(1)
+    (tmp_path / f"example.{fence}").write_text(code)
     (tmp_path / "engines").mkdir()
     (tmp_path / "engines" / "tiny-llada-v-fp32").symlink_to(folder)
     (tmp_path / "cpp").mkdir()
     (tmp_path / "cpp" / "include").symlink_to(ROOT / "cpp" / "include")
     (tmp_path / "cpp" / "build").symlink_to(cpp_build)
-    out = run_cli(["bash", "-c", command], cwd=tmp_path)
+    out = run_cli(["bash", "-c", build], cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    out = run_cli([tmp_path / "example"], cwd=tmp_path, env={**os.environ, "SEER_ORT_LIBRARY": ort_library()})
-    assert out.returncode == 0 and out.stdout.strip() == printed, (out.stdout, out.stderr)
+    out = run_cli([tmp_path / binary], cwd=tmp_path, env={**os.environ, "SEER_ORT_LIBRARY": ort_library()})
+    return out, re.search(printed, section).group(1)
 
 
 def test_readme_c_sampled_request_prints_what_seer_run_answers(cpp_build, folder, tmp_path):
     """The README's C example (a sampled request through the C ABI) and its cc command, verbatim: it prints what the
     README says, which is the Python runtime's answer to the same request and seed."""
-    readme = (ROOT / "README.md").read_text()
-    section = re.search(r"^## C\+\+\n(.*?)(?=^## |\Z)", readme, re.S | re.M).group(1)
-    code = re.search(r"```c\n(.*?)```", section, re.S).group(1)
-    command = re.search(r"`(cc example\.c [^`]+)`", section).group(1)
-    printed = re.search(r"`cc example\.c [^`]+` builds it; it\s+prints\s+`([^`]+)`", section).group(1)
-    (tmp_path / "example.c").write_text(code)
-    (tmp_path / "engines").mkdir()
-    (tmp_path / "engines" / "tiny-llada-v-fp32").symlink_to(folder)
-    (tmp_path / "cpp").mkdir()
-    (tmp_path / "cpp" / "include").symlink_to(ROOT / "cpp" / "include")
-    (tmp_path / "cpp" / "build").symlink_to(cpp_build)
-    out = run_cli(["bash", "-c", command], cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    out = run_cli([tmp_path / "example_c"], cwd=tmp_path, env={**os.environ, "SEER_ORT_LIBRARY": ort_library()})
+    out, printed = run_readme_example(tmp_path, folder, cpp_build, "c", r"cc example\.c [^`]+",
+                                      r"`cc example\.c [^`]+` builds it; it\s+prints\s+`([^`]+)`", "example_c")  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == printed, (out.stdout, out.stderr)
     py = SeerPipeline.from_manifest(folder)
     try:
