@@ -58,14 +58,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def as_run_request(case: dict, png_path: Path) -> dict:
+    """A case as a seer-run request object: its image written to ``png_path`` and named by it."""
+    out = {k: v for k, v in case.items() if k != "image"}
+    if case["image"] is not None:
+        png_path.write_bytes(case["image"])
+        out["image"] = str(png_path)
+    return out
+
+
 def seer_run(engines: Path, items: list[dict], work: Path) -> list[str]:
-    lines = []
-    for i, c in enumerate(items):
-        line = {k: v for k, v in c.items() if k != "image"}
-        if c["image"] is not None:
-            (work / f"{i}.png").write_bytes(c["image"])
-            line["image"] = str(work / f"{i}.png")
-        lines.append(json.dumps(line))
+    lines = [json.dumps(as_run_request(c, work / f"{i}.png")) for i, c in enumerate(items)]
     (work / "in.jsonl").write_text("\n".join(lines) + "\n")
     subprocess.run(["seer-run", "--engines", str(engines), "--input", str(work / "in.jsonl"), "--output",
                     str(work / "out.jsonl")], check=True)  # fmt: skip
@@ -159,13 +162,7 @@ def cpp(engines: Path, items: list[dict], work: Path) -> list[str]:
         raise SystemExit(f"{library} is not built; build it first: python3 -m pytest -q tests/test_cpp.py -k abi")
 
     convert = CppRequests(engines)
-    requests = []
-    for i, c in enumerate(items):
-        data = {k: v for k, v in c.items() if k != "image"}
-        if c["image"] is not None:
-            (work / f"c{i}.png").write_bytes(c["image"])
-            data["image"] = str(work / f"c{i}.png")
-        requests.append(convert.convert(data, work / f"c{i}.npy"))
+    requests = [convert.convert(as_run_request(c, work / f"{i}.png"), work / f"c{i}.npy") for i, c in enumerate(items)]
     with CppPipeline(library, engines, ort_library=wheel_library(), threads=1) as pipe:
         return [r.get("text") for r in pipe.generate(requests)]
 

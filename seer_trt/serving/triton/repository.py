@@ -249,14 +249,10 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
                                     default_model_filename=files[0][0], files=files))  # fmt: skip
     export_files = ((f"{EXPORT_DIR}/{MANIFEST_FILE}", folder / MANIFEST_FILE),
                     (f"{EXPORT_DIR}/{manifest.tokenizer}", folder / manifest.tokenizer))  # fmt: skip
-    orchestrator = ModelSpec(
-        name=name,
-        backend="python",
-        platform=None,
-        max_batch_size=manifest.buckets.batch[-1],
-        inputs=REQUEST_INPUTS,
-        outputs=RESPONSE_OUTPUTS,
-        instance_groups=(InstanceGroup(instances, "KIND_CPU"),),
+    orchestrator = orchestrator_spec(
+        name,
+        manifest,
+        instances,
         parameters=(
             ("seer_role", "orchestrator"),
             ("seer_trt_path", code_path),
@@ -277,6 +273,13 @@ def plan_repository(folder: str | Path, flavour: str = "gpu", name: str = "seer"
     return RepositoryPlan(name, flavour, folder, (orchestrator, *models))
 
 
+def orchestrator_spec(name: str, manifest: Manifest, instances: int, **spec: Any) -> ModelSpec:
+    """The model clients call (either layout): a Python-backend model of the request inputs and response outputs."""
+    return ModelSpec(name=name, backend="python", platform=None, max_batch_size=manifest.buckets.batch[-1],
+                     inputs=REQUEST_INPUTS, outputs=RESPONSE_OUTPUTS,
+                     instance_groups=(InstanceGroup(instances, "KIND_CPU"),), **spec)  # fmt: skip
+
+
 def engine_model(folder: Path, manifest: Manifest, flavour: str, name: str, threads: int, cache: CacheConfig,
                  plans: Mapping[str, Engine], code_path: str) -> ModelSpec:  # fmt: skip
     """The decoupled orchestrator (``seer_trt.serving.triton.decoupled``): one instance whose engine runs the whole
@@ -284,14 +287,10 @@ def engine_model(folder: Path, manifest: Manifest, flavour: str, name: str, thre
     backend, provider = ("tensorrt", "cpu") if plans else ("onnxruntime", "cuda" if flavour == "gpu" else "cpu")
     names = dict.fromkeys([MANIFEST_FILE, *(path for _, path in manifest.paths())])
     files = tuple((f"{EXPORT_DIR}/{n}", folder / n) for n in names)
-    return ModelSpec(
-        name=name,
-        backend="python",
-        platform=None,
-        max_batch_size=manifest.buckets.batch[-1],
-        inputs=REQUEST_INPUTS,
-        outputs=RESPONSE_OUTPUTS,
-        instance_groups=(InstanceGroup(1, "KIND_CPU"),),  # one engine: every request in its steps
+    return orchestrator_spec(
+        name,
+        manifest,
+        1,  # one engine: every request in its steps
         parameters=(
             ("seer_role", "decoupled"),
             ("seer_trt_path", code_path),
