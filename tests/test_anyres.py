@@ -410,7 +410,6 @@ def test_anyres_path_through_embed_prompt():
 
 
 def test_config_pinpoints_round_trip():
-    pytest.importorskip("torch")
     from seer_export.models import DiffusionMLLMConfig
 
     base = _tiny().config

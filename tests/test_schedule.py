@@ -311,7 +311,8 @@ def test_from_dict_validates_values():
 
 
 def test_special_tokens_from_tokenizer(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers
+
     words = ["[UNK]", "a", "b"] + list(SpecialTokens.STRINGS.values())
     vocab = {w: i for i, w in enumerate(words)}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
