@@ -165,3 +165,30 @@ def test_llada_v_shaped_bench_report_structure(fixture_export):
     assert modes["oracle+cache"]["mean_steps"] < modes["seer"]["mean_steps"]  # no safety margin
     assert report["memory"]["reuse_bytes"] == 2 * LLADA_V["layers"] * 4096 * 3700 * 2
     assert "## Headline" in cache_tables(report)
+
+
+@pytest.mark.serving
+def test_seer_bench_triton_rounds_both_servers_on_the_same_prompts(fixture_export, triton_install, tmp_path):
+    """seer-bench --workload triton: every level has a rate of each server in each round, the ratios are of those
+    rounds, and Triton's engine answers every prompt (pictures included) as seer-serve does."""
+    from seer_export.bench import triton
+    from seer_export.bench.cli import main as bench_main
+
+    seen: list[str] = []
+    settings = triton.Settings(concurrency=(1, 3), requests=5, rounds=2)
+    report = triton.bench(str(fixture_export[0]), settings, 7, seen.append, "seer-bench --test", threads=1)
+    assert any(p.image is not None for p in triton.prompts(5, 7))  # the pictures go to both servers
+    assert report["answers_equal"] == report["answers"] == 5
+    for level in report["levels"]:
+        rounds = level["answers_per_s"]
+        assert set(rounds) == set(triton.SERVERS) and all(len(v) == 2 and min(v) > 0 for v in rounds.values())
+        r = level["triton_over_seer_serve"]
+        assert r["rounds"] == 2 and r["min"] <= r["value"] <= r["max"]
+        assert r["value"] == pytest.approx(level["median"]["triton"] / level["median"]["seer-serve"])
+    assert all(len(v) == 2 and min(v) > 0 for v in report["long_seconds"].values())
+    assert sum("answers/s" in line for line in seen) == 2 * 2 * 2  # a progress line per round, level and server
+    assert "| 3 |" in triton.table(report)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):  # a folder that is no export: one line, before any server starts
+        assert bench_main(["--workload", "triton", "--engines", str(tmp_path / "none")]) == 2
+    assert "not an export folder" in err.getvalue() and "Traceback" not in err.getvalue()

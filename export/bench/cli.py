@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(ratios of medians over interleaved rounds, measured in one run).",
     )
     ap.add_argument("--workload", default="fixture",
-                    choices=("fixture", "llada-v-shaped", "lavida-shaped", "mmada-shaped", "serving"),
+                    choices=("fixture", "llada-v-shaped", "lavida-shaped", "mmada-shaped", "serving", "triton"),
                     help="fixture: the scenarios above on an export of the fixture (default); llada-v-shaped: the prompt "
                     "K/V cache at LLaDA-V's token counts on a random-weight model (seer_export.bench.cache); "
                     "lavida-shaped / mmada-shaped: the same at LaViDa-LLaDA's (1008 and 616 image features) or "
@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "seer-serve on loopback at 1, 4 and 16 clients: its defaults vs the same server without the prompt "
                     "cache, vs one request at a time, vs SeerPipeline.generate of every request at once, and its "
                     "overhead over SeerPipeline.generate (seer_export.bench.serving; --shape; needs the 'serve' "
-                    "extra)")  # fmt: skip
+                    "extra); triton: Triton's one-engine model (seer-triton --flavour cpu) against seer-serve at 1, 4 "
+                    "and 16 clients and on one long request, in rotating rounds (seer_export.bench.triton; needs the "
+                    "'triton' and 'serve' extras and the tritonserver install of python -m seer_trt.serving.triton.local setup)")  # fmt: skip
     add_engines(ap, "export folder (seer-export); llada-v-shaped: its random model's export, written there when the "
                 "folder is new")  # fmt: skip
     ap.add_argument("--checkpoint", type=Path, help="PyTorch checkpoint for the eager comparison (default: registry)")
@@ -95,6 +97,18 @@ def work(args: argparse.Namespace, command: str) -> int:
         settings = serving.Settings.quick(args.shape) if args.quick else serving.Settings(shape=args.shape)
         report = serving.bench(args.engines, settings, args.seed, progress, command, args.threads)
         print(serving.table(report))
+        if args.json:
+            write_json(args.json, report)
+        return 0
+    if args.workload == "triton":
+        require_extra(PROG, ("tritonclient",), "triton")
+        require_extra(PROG, ("fastapi", "uvicorn"), "serve")
+        from seer_export.bench import triton
+        from seer_trt.eval.report import write_json
+
+        settings = triton.Settings.quick() if args.quick else triton.Settings()
+        report = triton.bench(args.engines, settings, args.seed, progress, command, args.threads)
+        print(triton.table(report))
         if args.json:
             write_json(args.json, report)
         return 0
