@@ -31,7 +31,7 @@ from seer_trt.cli.prompt_ids import main as prompt_ids_main
 from seer_trt.cli.run import main as run_main
 from seer_trt.cli.triton import main as triton_main
 from seer_trt.contracts import outfolder, signals
-from seer_trt.contracts.errors import InputError
+from seer_trt.contracts.errors import ConfigError, InputError
 from seer_trt.contracts.geometry import parse_pinpoints
 from seer_trt.contracts.manifest import VisionInfo
 from seer_trt.contracts.outfolder import FolderError, check_target, foreign_entries, replace_folder
@@ -95,6 +95,24 @@ def test_a_config_or_a_calibration_past_its_bounds_is_one_line_before_any_work(t
         """)  # fmt: skip
         assert found["rc"] == 2 and message in one_line(found["err"]) and found["heavy"] == [], (module, found)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_oversized_or_undecodable_config_json_is_one_line_before_it_is_read(tmp_path, monkeypatch):
+    """A config.json past MAX_CONFIG_BYTES is refused from its size (never parsed); one that is not UTF-8 is refused
+    as unreadable, not with a traceback."""
+    from seer_trt.contracts import config as contract
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"pad": "x" * contract.MAX_CONFIG_BYTES}))
+    parsed = []
+    monkeypatch.setattr(contract.json, "loads", lambda *a, **k: parsed.append(a) or {})
+    with pytest.raises(ConfigError, match=f"bytes, more than the {contract.MAX_CONFIG_BYTES} a model's configuration"):
+        contract.read_json(path)
+    assert parsed == []
+    monkeypatch.undo()
+    path.write_bytes(b'{"name": "\xff\xfe"}')
+    with pytest.raises(ConfigError, match="is not readable JSON"):
+        contract.read_json(path)
 
 
 # --- prompt text is bounded before templating and tokenizing ----------------------------------------------------

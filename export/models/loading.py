@@ -34,6 +34,7 @@ from seer_export.models.config import (
 )
 from seer_export.models.families import FAMILIES
 from seer_export.models.names import NATIVE_CONFIG_KEYS, to_checkpoint, to_module
+from seer_trt.contracts.config import read_json
 from seer_trt.contracts.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
@@ -435,7 +436,7 @@ def read_config(folder: Path) -> DiffusionMLLMConfig:
         size = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
         cfg = dataclasses.replace(cfg, image_token_offset=size)
     image_tokenizer = find_image_tokenizer(folder)
-    data = json.loads((image_tokenizer / "config.json").read_text())
+    data = read_json(image_tokenizer / "config.json")
     magvit = MagvitConfig.from_dict({**data, "image_size": cfg.vision.image_size})
     if (magvit.tokens, magvit.codebook_size) != (cfg.features_per_tile, cfg.codebook_size):
         raise ConfigError(f"{image_tokenizer}: {magvit.tokens} codes of {magvit.codebook_size} per "

@@ -468,14 +468,23 @@ class SeerConfig:
         return dataclasses.replace(self, **changes)
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
-    """Read a JSON object, turning a missing or corrupt file into one ConfigError line."""
+MAX_CONFIG_BYTES = 4 * 2**20  # a model's config.json: a few KB (LLaDA-V's 6 KB); past this it is not one
+
+
+def read_json(path: str | Path, limit: int = MAX_CONFIG_BYTES) -> dict[str, Any]:
+    """Read a JSON object of at most ``limit`` bytes, turning a missing, corrupt or oversized file into one
+    ConfigError line (before reading it: a config.json is read before anything is bounded by it)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        size = path.stat().st_size
+        if size > limit:
+            raise ConfigError(f"{path} is {size} bytes, more than the {limit} a model's configuration may be; "
+                              f"regenerate or restore it")  # fmt: skip
+        with open(path, encoding="utf-8") as f:
+            data = json.loads(f.read(limit + 1))
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist") from None
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(f"{path} is not readable JSON ({err}); regenerate or restore it") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds a {type(data).__name__}, expected a JSON object")
