@@ -1331,6 +1331,26 @@ def test_a_hostile_export_is_refused_by_seer_run_in_one_line_at_once(cpp_build, 
     assert len(out.stderr.strip().splitlines()) == 1 and "root:" not in out.stderr  # no foreign file quoted
 
 
+def test_a_tokenizer_naming_a_huge_id_costs_its_entries_not_the_id(cpp_build, folder, cpp_requests, tmp_path):
+    """An added token at id 2^40 in tokenizer.json (a table indexed by id would ask for terabytes): seer_run answers
+    as on the export's own tokenizer, at once."""
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in cpp_requests[:4]))
+    texts = []
+    for name, edit in (("own", False), ("huge-id", True)):
+        d = broken_copy(folder, tmp_path / name)
+        if edit:
+            tok = json.loads((d / "tokenizer" / "tokenizer.json").read_text())
+            tok["added_tokens"].append({"id": 2**40, "content": "<|far|>", "single_word": False, "lstrip": False,
+                                        "rstrip": False, "normalized": False, "special": True})  # fmt: skip
+            (d / "tokenizer" / "tokenizer.json").write_text(json.dumps(tok))
+        start = time.monotonic()
+        out = run_cli([cpp_build / "seer_run", "--engines", d, "--input", tmp_path / "r.jsonl", "--ort-library",
+                       ort_library()], timeout=120)  # fmt: skip
+        assert out.returncode == 0 and time.monotonic() - start < 60, out.stderr
+        texts.append([json.loads(line)["text"] for line in out.stdout.splitlines()])
+    assert len(texts[0]) == 4 and all(texts[0]) and texts[1] == texts[0]
+
+
 @pytest.mark.parametrize("setting", [None, "0"])
 def test_seer_run_leaves_onnx_runtimes_telemetry_off_unless_asked_for(cpp_build, folder, tmp_path, setting):
     """cpp/build/seer_run sets ORT_DISABLE_TELEMETRY=1 before it loads ONNX Runtime unless the environment set it:

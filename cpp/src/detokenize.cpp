@@ -41,10 +41,7 @@ Detokenizer::Detokenizer(const std::string& tokenizer_json) {
     data = nlohmann::json::parse(tokenizer_json);
     const auto& vocab = data.at("model").at("vocab");
     auto put = [&](int64_t id, const std::string& token, bool special) {
-      if (id < 0) return;
-      if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(id + 1), special_.resize(id + 1, 0);
-      tokens_[id] = token;
-      special_[id] = special;
+      if (id >= 0) tokens_[id] = Token{token, special};
     };
     if (vocab.is_object())
       for (const auto& [token, id] : vocab.items()) put(id.get<int64_t>(), token, false);
@@ -74,8 +71,9 @@ std::optional<std::string> Detokenizer::decode(const std::vector<int64_t>& ids) 
   std::string text;
   bool first = true;
   for (int64_t id : ids) {
-    if (id < 0 || static_cast<size_t>(id) >= tokens_.size() || special_[id]) continue;
-    const std::string& token = tokens_[id];
+    const auto found = tokens_.find(id);
+    if (found == tokens_.end() || found->second.special) continue;
+    const std::string& token = found->second.text;
     if (decoder_ == "none") {
       text += (first ? "" : " ") + token;
     } else {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace seer {
@@ -21,8 +22,12 @@ class Detokenizer {
   std::optional<std::string> decode(const std::vector<int64_t>& ids) const;
 
  private:
-  std::vector<std::string> tokens_;  // id -> token
-  std::vector<char> special_;        // id -> special added token (dropped)
+  struct Token {
+    std::string text;
+    bool special = false;  // a special added token (dropped)
+  };
+  // id -> token, a map: its size is the file's entries, never the largest id a file names
+  std::unordered_map<int64_t, Token> tokens_;
   std::string decoder_;              // "none" | "ByteLevel" | "" (unsupported)
   std::vector<int> byte_of_;         // ByteLevel: code point -> byte
 };
