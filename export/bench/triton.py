@@ -1,6 +1,6 @@
 """``seer-bench --workload triton``: Triton's one engine (the repository ``seer-triton --flavour cpu`` writes by
 default: one decoupled model, one engine, requests of separate calls sharing its steps) against seer-serve on the same
-export, prompts and clients (docs/DESIGN.md "Measuring", "Triton").
+export, prompts and clients (docs/DESIGN.md "Measuring", "Serving and embedding").
 
 In:  an export of the fixture; concurrency levels; requests per level; rounds; intra-op threads (both servers alike).
 Out: per concurrency, each server's answers/s in every round and their medians, the ratio Triton over seer-serve (the
