@@ -120,3 +120,18 @@ def test_seer_eval_scores_the_bundled_vqa_fixture_on_a_few_test_questions(tmp_pa
     rows = json.loads(report.read_text())["rows"]
     assert [(r["decoding"], r["setting"]) for r in rows] == [("factor:1", "reuse"), ("factor:1", "seer_reuse")]
     assert rows[0]["premature_cut_rate"] is None and rows[1]["against_uncut"]["uncut"] == "reuse"
+
+
+def test_every_llada_v_fixture_defaults_to_the_products_rule():
+    """A fixture's config.json gives the decoding rule its exports run by default: LLaDA-V's fixtures the product's
+    (factor:1), as the README says; the trainer's config writes it (the vqa fixture once wrote "fixed")."""
+    from seer_export.models.config import DiffusionMLLMConfig
+    from seer_export.models.registry import FIXTURE_DIR
+    from seer_export.reference.fixture import fixture_config
+    from seer_trt.contracts.config import DEFAULT_DECODING
+
+    folders = sorted(FIXTURE_DIR.parent.glob("tiny-llada-v*/config.json"))
+    assert len(folders) >= 3
+    for path in folders:
+        assert DiffusionMLLMConfig.from_file(path).generation.decoding == DEFAULT_DECODING, path
+    assert fixture_config(38, 64, 64, 16).to_dict()["generation"]["decoding"] == DEFAULT_DECODING

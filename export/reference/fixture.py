@@ -20,7 +20,7 @@ import torch
 from seer_export.models.config import DiffusionMLLMConfig, TextConfig, VisionConfig
 from seer_export.models.families import FAMILIES, special_tokens
 from seer_export.models.mllm import DiffusionMLLM, left_pad_prompts
-from seer_trt.contracts.config import GenerationConfig
+from seer_trt.contracts.config import DEFAULT_DECODING, GenerationConfig
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.contracts.geometry import IMAGE_PLACEHOLDER, IMAGE_TOKEN
 from seer_trt.eval import easy_vqa
@@ -117,7 +117,9 @@ def fixture_config(
             layer_norm_eps=1e-6,
         ),  # fmt: skip
         image_aspect_ratio="pad",
-        generation=GenerationConfig(gen_length=gen_length, steps=gen_length, block_length=gen_length),
+        generation=GenerationConfig(
+            gen_length=gen_length, steps=gen_length, block_length=gen_length, decoding=DEFAULT_DECODING
+        ),  # what an export of LLaDA-V runs by default
         system_prompt=None,
     )
 
