@@ -9,11 +9,19 @@
 ``--family easy-vqa`` trains ``tiny-llada-v-vqa`` on easy-vqa's train split (``seer_trt.eval.easy_vqa``; the test split
 is what ``seer-eval --dataset easy-vqa`` scores), with a tower on 64 px pictures in 16 px patches::
 
-    python tools/train_fixture.py --family easy-vqa --image-size 64 --patch-size 16 --minutes 70 --threads 1 \
-        --out export/fixtures/tiny-llada-v-vqa  # then seer-calibrate --model tiny-llada-v-vqa --write
+    python tools/train_fixture.py --family easy-vqa --image-size 64 --patch-size 16 --minutes 50 --threads 1 \
+        --hold-out 300 --out export/fixtures/tiny-llada-v-vqa  # then seer-calibrate --model tiny-llada-v-vqa --write
 
 Its pictures have no cells, so the throwaway vision head predicts each patch's mean colour and the share of its
-pixels off the background instead of a cell's colour.
+pixels off the background instead of a cell's colour. That head alone did not keep easy-vqa's model seeing: a
+first fixture (70 minutes) answered every shape and colour question with one word whatever the picture, its
+image tokens 80 times a text embedding's norm and at cosine 0.99 between pictures (same patch), which a linear
+head on RMS-normalised tokens still reads. So this family, by default, also penalises the energy all pictures of
+a batch share against the energy that varies (``--decollapse``), weights the answer's word (``--answer-weight``:
+a window holds up to 127 padding positions), draws half its questions among shape and colour ones
+(``--image-share``: the split is 74 % yes/no) and makes half its batches 16 positions wide
+(``--short-windows``: more steps in the budget). ``--hold-out N`` leaves out the questions on the train split's
+last N pictures, to judge a recipe on them (never on the test split).
 
 ``--model dream`` trains the Dream family's layout instead (``seer_export.reference.fixture.dream_fixture_config``:
 Dream's ChatML tokens, grouped-query attention with q/k/v biases, shifted logits, no vision tower), on text tasks.
@@ -71,19 +79,34 @@ from seer_trt.eval.tasks import COLORS, DEFAULT_FAMILY, FAMILY_KEY, TASK_FAMILIE
 from seer_trt.runtime.image import pixel_tiles
 
 MAX_WINDOW = 128
+SHORT_WINDOW = 16
 IMAGE_TASKS = ("count", "enumerate", "colors", "cell_colors")  # the tasks whose prompt holds a picture
 TRAIN_SEED = 1_000_000  # held-out sets use seeds below this
+VQA_ANSWER_WEIGHT = 8.0  # easy-vqa's defaults; see the module's docstring
+VQA_IMAGE_SHARE = 0.5
+VQA_SHORT_WINDOWS = 0.5
+VQA_DECOLLAPSE = 1.0
 
 
-def draw_batch(rng: np.random.Generator, enc: TaskEncoder, batch: int, draw: Callable[[np.random.Generator], Sample]):
+def draw_batch(
+    rng: np.random.Generator,
+    enc: TaskEncoder,
+    batch: int,
+    draw: Callable[[np.random.Generator], Sample],
+    short: float = 0.0,
+):
     """Samples, their answer lengths (with ``<|eot_id|>``) and windows, for one batch whose window is drawn per batch.
 
     Half the batches are 64 wide and half 128, the answer windows served. Inside a batch a sample's window is
     the whole batch window (what the padded loop sees), tight (answer + 0..3: what Seer keeps) or anything
     between. A first recipe drew mostly short windows for speed; its padded loop at 128 fell to 58 % exact,
-    because a full 128 window made up about 2 % of its samples.
+    because a full 128 window made up about 2 % of its samples. A share ``short`` of the batches is only
+    ``SHORT_WINDOW`` wide instead (easy-vqa's one-word answers: more steps an hour).
     """
-    g = 64 if rng.random() < 0.5 else MAX_WINDOW
+    if short and rng.random() < short:
+        g = SHORT_WINDOW
+    else:
+        g = 64 if rng.random() < 0.5 else MAX_WINDOW
     full, tight = (0.3, 0.35) if g == 64 else (0.5, 0.2)
     samples, needs, lengths = [], [], []
     while len(samples) < batch:
@@ -126,12 +149,35 @@ def patch_summary(image: np.ndarray, side: int) -> np.ndarray:
     return np.concatenate([patches.mean(1) / 255, shape.mean(1, keepdims=True)], 1).astype(np.float32)
 
 
-def sampler(family: str) -> Callable[[np.random.Generator], Sample]:
-    """Draws one training sample: a synthetic task of ``family``, or a question of easy-vqa's train split."""
+def vqa_train_questions(hold_out: int) -> tuple[list[Sample], list[Sample]]:
+    """easy-vqa's train split (the test split is what seer-eval scores) as (trained, held out): the questions on
+    the split's last ``hold_out`` pictures (by image id) are held out, to judge a recipe without the test split."""
+    import easy_vqa as ev
+
+    samples, image_ids = easy_vqa.load("train"), ev.get_train_questions()[2]
+    first = len(easy_vqa._images("train")) - hold_out
+    keep = [int(i) < first for i in image_ids]
+    return [s for s, k in zip(samples, keep, strict=True) if k], [
+        s for s, k in zip(samples, keep, strict=True) if not k
+    ]
+
+
+def sampler(family: str, image_share: float = 0.0, hold_out: int = 0) -> Callable[[np.random.Generator], Sample]:
+    """Draws one training sample: a synthetic task of ``family``, or a question of easy-vqa's train split.
+
+    easy-vqa: with probability ``image_share`` a shape or colour question, else any question (the split is 74 %
+    yes/no, which its text alone half answers), so the answers that need the picture pay often enough.
+    """
     if family != easy_vqa.DATASET:
         return lambda rng: make_sample(rng, family=family)
-    train = easy_vqa.load("train")  # the train split only: the test split is what seer-eval scores
-    return lambda rng: train[int(rng.integers(len(train)))]
+    train, _ = vqa_train_questions(hold_out)
+    seeing = [s for s in train if s.task != "yes/no"]
+
+    def draw(rng: np.random.Generator) -> Sample:
+        pool = seeing if rng.random() < image_share else train
+        return pool[int(rng.integers(len(pool)))]
+
+    return draw
 
 
 def save(model: DiffusionMLLM, out: Path, meta: dict) -> None:
@@ -164,6 +210,16 @@ def main() -> None:
         help="share of samples whose revealed padding is shown as <|eot_id|> (a random part of it); see above",
     )
     ap.add_argument("--vision-aux", type=float, default=0.3, help="weight of the per-cell colour loss; see above")
+    ap.add_argument("--answer-weight", type=float, help="loss weight of the answer's own positions (default 1; "
+                    f"{VQA_ANSWER_WEIGHT:g} for {easy_vqa.DATASET}); see above")  # fmt: skip
+    ap.add_argument("--image-share", type=float, help=f"{easy_vqa.DATASET}: share of draws that are shape or "
+                    f"colour questions (default {VQA_IMAGE_SHARE:g}); see above")  # fmt: skip
+    ap.add_argument("--short-windows", type=float, help=f"share of batches {SHORT_WINDOW} wide (default 0; "
+                    f"{VQA_SHORT_WINDOWS:g} for {easy_vqa.DATASET}); see draw_batch")  # fmt: skip
+    ap.add_argument("--decollapse", type=float, help="weight of the image tokens' shared / varied energy (default 0; "
+                    f"{VQA_DECOLLAPSE:g} for {easy_vqa.DATASET}); see above")  # fmt: skip
+    ap.add_argument("--hold-out", type=int, default=0, help=f"{easy_vqa.DATASET}: leave out the questions on the "
+                    "train split's last N pictures, to judge the weights on (never the test split)")  # fmt: skip
     ap.add_argument(
         "--sampler-order",
         type=float,
@@ -187,6 +243,15 @@ def main() -> None:
         help="the model family's layout: llada-v (tiny-llada-v's) or dream (shifted logits, GQA, text)",
     )
     args = ap.parse_args()
+    dataset = args.family == easy_vqa.DATASET  # its aux target is each patch's summary, not a cell's colour
+    if args.answer_weight is None:
+        args.answer_weight = VQA_ANSWER_WEIGHT if dataset else 1.0
+    if args.decollapse is None:
+        args.decollapse = VQA_DECOLLAPSE if dataset else 0.0
+    if args.short_windows is None:
+        args.short_windows = VQA_SHORT_WINDOWS if dataset else 0.0
+    if args.image_share is None:
+        args.image_share = VQA_IMAGE_SHARE if dataset else 0.0
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -217,9 +282,8 @@ def main() -> None:
         if args.init:
             previous = {"init": str(args.init), **previous}
     side = cfg.vision.image_size // cfg.vision.patch_size
-    dataset = args.family == easy_vqa.DATASET  # its aux target is each patch's summary, not a cell's colour
     aux_head = torch.nn.Linear(cfg.text.hidden_size, 4 if dataset else 1 + len(COLORS))  # throwaway: never saved
-    draw = sampler(args.family)
+    draw = sampler(args.family, args.image_share, args.hold_out)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params / 1e6:.2f}M  vocab {cfg.text.vocab_size}", flush=True)
     opt = torch.optim.AdamW(
@@ -234,7 +298,7 @@ def main() -> None:
         lr = args.lr * min(1.0, frac / 0.03) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
         for group in opt.param_groups:
             group["lr"] = lr
-        samples, needs, lengths, g = draw_batch(rng, enc, args.batch, draw)
+        samples, needs, lengths, g = draw_batch(rng, enc, args.batch, draw, args.short_windows)
         target = torch.tensor([enc.window(s, g) for s in samples])  # [B, G], padded to g with endoftext
         kept = torch.tensor(lengths)
         in_window = torch.arange(g)[None] < kept[:, None]  # [B, G]
@@ -264,7 +328,9 @@ def main() -> None:
         # it with <|eot_id|>; a hard one-hot target leaves the fixture's second choice to chance (more content).
         pad = target == enc.special.endoftext_id
         ce = torch.where(pad, (1 - args.pad_eot) * ce - args.pad_eot * logp[..., enc.special.eot_id], ce)
-        loss = ((ce * masked / t).sum(1) / kept).mean()
+        answer = torch.arange(g)[None] < (torch.tensor(needs) - 1)[:, None]  # [B, G] the answer's words
+        weight = torch.where(answer, args.answer_weight, 1.0)
+        loss = ((ce * weight * masked / t).sum(1) / kept).mean()
         with_image = [s for s in samples if s.image is not None and cfg.has_tower]
         if args.vision_aux > 0 and with_image:
             pixels = torch.cat([torch.from_numpy(pixel_tiles(s.image, cfg.vision.image_size)) for s in with_image])
@@ -278,6 +344,9 @@ def main() -> None:
                 colours = torch.from_numpy(np.stack([cell_colours(s.image, side) for s in with_image]))  # [I, T]
                 aux = F.cross_entropy(guess.flatten(0, 1), colours.flatten())
             loss = loss + args.vision_aux * aux
+            if args.decollapse and len(with_image) > 1:  # the part every picture shares, against what varies
+                shared = feats.mean(0)  # [T, D]
+                loss = loss + args.decollapse * shared.pow(2).sum() / (feats - shared).pow(2).sum(-1).mean(0).sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -289,8 +358,16 @@ def main() -> None:
         if time.time() - last_save > 300:
             save(model, args.out, {"previous": previous, "steps": step, "minutes": elapsed / 60, "loss_ema": ema})
             last_save = time.time()
+    vqa = {
+        "answer_weight": args.answer_weight,
+        "image_share": args.image_share,
+        "short_windows": args.short_windows,
+        "decollapse": args.decollapse,
+        "hold_out": args.hold_out,
+    }
+    vqa = vqa if dataset else {}  # the other families' training.json stays as it was
     save(model, args.out, {"previous": previous, "steps": step, "pad_eot": args.pad_eot,
-                           "show_pad_eot": args.show_pad_eot, "vision_aux": args.vision_aux, "sampler_order": args.sampler_order, "minutes": (time.time() - start) / 60, "loss_ema": ema,
+                           "show_pad_eot": args.show_pad_eot, "vision_aux": args.vision_aux, "sampler_order": args.sampler_order, **vqa, "minutes": (time.time() - start) / 60, "loss_ema": ema,
                            "batch": args.batch, "lr": args.lr, "parameters": n_params, "family": args.family,
                            "threads": torch.get_num_threads(), "model": args.model})  # fmt: skip
     print(f"done: {step} steps, loss {ema:.4f}", flush=True)
