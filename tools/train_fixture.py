@@ -156,10 +156,10 @@ def vqa_train_questions(hold_out: int) -> tuple[list[Sample], list[Sample]]:
 
     samples, image_ids = easy_vqa.load("train"), ev.get_train_questions()[2]
     first = len(easy_vqa._images("train")) - hold_out
-    keep = [int(i) < first for i in image_ids]
-    return [s for s, k in zip(samples, keep, strict=True) if k], [
-        s for s, k in zip(samples, keep, strict=True) if not k
-    ]
+    trained, held = [], []
+    for s, image_id in zip(samples, image_ids, strict=True):
+        (trained if int(image_id) < first else held).append(s)
+    return trained, held
 
 
 def sampler(family: str, image_share: float = 0.0, hold_out: int = 0) -> Callable[[np.random.Generator], Sample]:
@@ -244,14 +244,11 @@ def main() -> None:
     )
     args = ap.parse_args()
     dataset = args.family == easy_vqa.DATASET  # its aux target is each patch's summary, not a cell's colour
-    if args.answer_weight is None:
-        args.answer_weight = VQA_ANSWER_WEIGHT if dataset else 1.0
-    if args.decollapse is None:
-        args.decollapse = VQA_DECOLLAPSE if dataset else 0.0
-    if args.short_windows is None:
-        args.short_windows = VQA_SHORT_WINDOWS if dataset else 0.0
-    if args.image_share is None:
-        args.image_share = VQA_IMAGE_SHARE if dataset else 0.0
+    defaults = {"answer_weight": (VQA_ANSWER_WEIGHT, 1.0), "decollapse": (VQA_DECOLLAPSE, 0.0),
+                "short_windows": (VQA_SHORT_WINDOWS, 0.0), "image_share": (VQA_IMAGE_SHARE, 0.0)}  # fmt: skip
+    for name, (vqa_default, other) in defaults.items():  # easy-vqa's recipe, or the other families' unchanged one
+        if getattr(args, name) is None:
+            setattr(args, name, vqa_default if dataset else other)
 
     if args.threads:
         torch.set_num_threads(args.threads)
