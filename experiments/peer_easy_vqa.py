@@ -179,7 +179,8 @@ def accuracy(sys_: Systems, samples, modes: list[str], chunk: int = 50) -> tuple
     for m in modes:
         same = [a == b for (a, _), (b, _) in zip(answers[m], answers["upstream_hook"], strict=True)]
         out[m] = {"label": LABELS[m], "exact": sum(hits[m]), "n": len(samples),
-                  "exact_match": sum(hits[m]) / len(samples), "exact_by_answer_type": by_task(samples, hits[m]),
+                  "exact_match": sum(hits[m]) / len(samples),
+                  "exact_by_answer_type": by_task([s.task for s in samples], hits[m]),
                   "forward_passes_per_answer": float(np.mean([s for _, s in answers[m]])),
                   "step_zero_pass": m in ("default", "bare_request"),
                   "answers_differ_from_upstream_hook": len(same) - sum(same),

@@ -116,6 +116,16 @@ def test_seer_eval_scores_the_bundled_vqa_fixture_on_a_few_test_questions(tmp_pa
     assert set(out["modes"]) == {"padded", "early_stop", "seer", "oracle"}
     assert sum(v["n"] for v in out["modes"]["padded"]["exact_by_task"].values()) == 6
     assert "majority-answer baseline" in capsys.readouterr().out
+    slices = [tmp_path / f"slice-{i}.json" for i in range(3)]
+    for i, path in enumerate(slices):
+        assert evaluate([*argv, "--shard", f"{i}/3", "--json", str(path)]) == 0
+    merged = tmp_path / "merged.json"
+    assert evaluate(["--merge", *map(str, reversed(slices)), "--json", str(merged)]) == 0
+    whole = json.loads(merged.read_text())
+    assert whole["modes"] == out["modes"] and whole["n"] == 6 and whole["shards"]["complete"]
+    assert whole["majority_baseline"] == pytest.approx(out["majority_baseline"])
+    assert evaluate(["--merge", str(slices[0]), str(slices[2])]) == 0
+    assert "PARTIAL: slices [0, 2] of 3 (4 of 6 prompts; missing [1])" in capsys.readouterr().out
     assert evaluate([*argv, "--decoding", "factor:1", "--settings", "reuse,seer_reuse", "--json", str(report)]) == 0
     rows = json.loads(report.read_text())["rows"]
     assert [(r["decoding"], r["setting"]) for r in rows] == [("factor:1", "reuse"), ("factor:1", "seer_reuse")]

@@ -318,8 +318,10 @@ def command_line(prog: str, argv: list[str] | None) -> str:
 # --- argument groups ------------------------------------------------------------------------------------------
 
 
-def add_engines(ap: argparse.ArgumentParser, help: str = "export folder written by seer-export") -> None:
-    ap.add_argument("--engines", type=Path, required=True, help=help)
+def add_engines(ap: argparse.ArgumentParser, help: str = "export folder written by seer-export",
+                required: bool = True) -> None:  # fmt: skip
+    """``--engines``; ``required`` False where another flag stands in for it (the command then asks for it)."""
+    ap.add_argument("--engines", type=Path, required=required, help=help)
 
 
 def add_verbose(ap: argparse.ArgumentParser, help: str = "tracebacks on errors") -> None:

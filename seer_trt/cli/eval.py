@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from seer_trt.cli.common import (
     Parser,
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Accuracy of the padded loop, LLaDA-V's early-stopping loop, Seer and the oracle (window cut at "
         "the true length) on held-out prompts of the fixture task, through an export of tiny-llada-v.",
     )
-    add_engines(ap, "export folder (seer-export --model tiny-llada-v)")
+    add_engines(ap, "export folder (seer-export --model tiny-llada-v); not with --merge", required=False)
     add_samples(ap, n=200, seed=HELD_OUT_SEED)
     g = ap.add_argument_group("public dataset (instead of the fixture's held-out prompts)")
     g.add_argument("--dataset", choices=[DATASET],
@@ -68,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--decoding: only these settings, comma-separated (padded, early_stop, early_stop_reuse, "
                    "seer, seer_early_stop, seer_early_stop_reuse, reuse, seer_reuse; default all), and only the rules "
                    "named (fixed is then not added; the exact loop is fixed under padded)")  # fmt: skip
+    g = ap.add_argument_group("a long run in slices (the modes table)")
+    g.add_argument("--shard", metavar="I/N",
+                   help="only the I-th of N contiguous slices of the prompts (from 0: 0/4 is the first quarter); the "
+                   "--json report keeps every answer, so slices run in parallel processes (one --threads 1 each) or "
+                   "one after another and --merge makes the whole table")  # fmt: skip
+    g.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                   help="the --json reports of --shard runs: print and write (--json) the table of every answer they "
+                   "kept, as one run over those prompts would (no --engines: nothing runs); slices missing are named "
+                   "and the table says how many prompts it covers")  # fmt: skip
     add_report(ap, plot="write a PNG here: L* minus true length, exact match per mode")
     add_verbose(ap)
     return ap
@@ -82,6 +92,10 @@ def work(args: argparse.Namespace, command: str) -> int:
     from seer_trt.eval.accuracy import MODES, cache_policies, describe, evaluate, evaluate_cache, plot, table
     from seer_trt.eval.report import write_json
 
+    if args.merge:
+        return merge(args, command)
+    if args.engines is None:
+        raise ConfigError("--engines is required (an export folder: seer-export --model tiny-llada-v)")
     if args.n < 1:
         raise ConfigError(f"--n must be >= 1, got {args.n}")
     if args.limit is not None and not args.dataset:
@@ -104,6 +118,14 @@ def work(args: argparse.Namespace, command: str) -> int:
 
     if args.cache and args.decoding:
         raise ConfigError("--cache and --decoding are two different tables; pass one")
+    if args.shard and (args.cache or args.decoding or args.plot):
+        raise ConfigError("--shard slices the modes table; leave out --cache, --decoding and --plot (plot the merge)")
+    shard = None
+    if args.shard:
+        from seer_trt.eval import shards
+
+        shard = shards.parse(args.shard)
+        what += f", slice {shard[0]} of {shard[1]}"
     if args.decoding:
         from seer_trt.contracts.config import canonical_decoding
         from seer_trt.eval.accuracy import decoding_table, evaluate_decoding
@@ -140,10 +162,43 @@ def work(args: argparse.Namespace, command: str) -> int:
         return 0
     progress(f"{what} x {len(MODES)} modes ({', '.join(MODES)})")
     report = evaluate(args.engines, n, args.seed, args.gen_length, progress=progress, tail=args.end_tail,
-                      dataset=args.dataset, split=args.split)  # fmt: skip
+                      dataset=args.dataset, split=args.split, shard=shard)  # fmt: skip
     report["command"] = command
-    print(table(report["modes"], report["n"], report["gen_length"], report["detector"],
-                describe(report["n"], args.dataset, args.split)))  # fmt: skip
+    title = describe(report["n"], args.dataset, args.split)
+    if shard:
+        s = report["shard"]
+        title += (
+            f" (slice {s['index']} of {s['count']}: questions {s['first']}-{s['first'] + s['n'] - 1} of {s['total']})"
+        )
+    print(table(report["modes"], report["n"], report["gen_length"], report["detector"], title))
+    print_baseline(report)
+    if args.json:
+        write_json(args.json, report)
+    if args.plot:
+        plot(report["modes"], args.plot, report["gen_length"], report["detector"])
+    return 0
+
+
+def merge(args: argparse.Namespace, command: str) -> int:
+    """``--merge``: the slices' table, printed and written."""
+    from seer_trt.eval.accuracy import describe, plot, table
+    from seer_trt.eval.report import write_json
+    from seer_trt.eval.shards import merge as merge_slices
+
+    if args.engines or args.shard or args.cache or args.decoding:
+        raise ConfigError("--merge reads the slices' reports and runs nothing; leave out --engines, --shard, --cache "
+                          "and --decoding")  # fmt: skip
+    check_output(args.json, "--json", example="eval.json")
+    if args.plot:
+        require_extra("seer-eval --plot", ("matplotlib",))
+    report = merge_slices(args.merge)
+    report["command"] = command
+    s = report["shards"]
+    title = describe(report["n"], report["dataset"], report["split"] or "")
+    if not s["complete"]:
+        title += (f" -- PARTIAL: slices {s['merged']} of {s['count']} ({report['n']} of {s['total']} prompts; "
+                  f"missing {s['missing']})")  # fmt: skip
+    print(table(report["modes"], report["n"], report["gen_length"], report["detector"], title))
     print_baseline(report)
     if args.json:
         write_json(args.json, report)

@@ -200,7 +200,7 @@ def decoding_metrics(pipe: SeerPipeline, samples: list[Sample],
             # a Seer setting's cuts shorter than the true answer and its <|eot_id|> (tokens lost); None uncut
             "premature_cut_rate": float(np.mean([r.kept < len(t) + 1 for r, t in zip(results, truth, strict=True)]))
             if setting.startswith("seer") else None,
-            "exact_by_task": by_task(samples, hits[(rule, setting)]),
+            "exact_by_task": by_task([s.task for s in samples], hits[(rule, setting)]),
         })  # fmt: skip
     return rows
 
@@ -289,9 +289,20 @@ def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None,
     return out
 
 
-def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[Result]]) -> dict[str, Any]:
-    """Per mode: exact match vs truth and vs the padded loop; Seer's cut statistics."""
-    truth = [truth_ids(pipe, s) for s in samples]
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the modes table reads of one answer: a ``Result``'s, or one kept in a shard's report (``shards``)."""
+
+    token_ids: tuple[int, ...]
+    kept: int
+    steps: int
+
+
+def metrics(
+    truth: list[list[int]], tasks: list[str], results: dict[str, list[Result] | list[Outcome]]
+) -> dict[str, Any]:
+    """Per mode: exact match vs ``truth`` (each prompt's answer ids) and vs the padded loop, per task (``tasks``);
+    Seer's cut statistics."""
     true_len = np.array([len(t) + 1 for t in truth])  # answer + <|eot_id|>
     base = [list(r.token_ids) for r in results["padded"]] if "padded" in results else None
     base_hits = [a == t for a, t in zip(base, truth, strict=True)] if base is not None else None
@@ -304,7 +315,7 @@ def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[R
             "exact_match": float(np.mean(hits)),
             "mean_steps": float(np.mean([r.steps for r in rs])),
             "mean_kept": float(kept.mean()),
-            "exact_by_task": by_task(samples, hits),
+            "exact_by_task": by_task(tasks, hits),
         }
         if base is not None:
             row["match_padded"] = float(np.mean([a == b for a, b in zip(answers, base, strict=True)]))
@@ -320,11 +331,11 @@ def metrics(pipe: SeerPipeline, samples: list[Sample], results: dict[str, list[R
     return out
 
 
-def by_task(samples: list[Sample], hits: list[bool]) -> dict[str, dict[str, int]]:
-    """Exact answers and prompts per task, so a shortfall names the task that causes it."""
+def by_task(tasks: list[str], hits: list[bool]) -> dict[str, dict[str, int]]:
+    """Exact answers and prompts per task (``tasks``: each prompt's), so a shortfall names the task that causes it."""
     out: dict[str, dict[str, int]] = {}
-    for s, hit in zip(samples, hits, strict=True):
-        row = out.setdefault(s.task, {"exact": 0, "n": 0})
+    for task, hit in zip(tasks, hits, strict=True):
+        row = out.setdefault(task, {"exact": 0, "n": 0})
         row["exact"] += int(hit)
         row["n"] += 1
     return dict(sorted(out.items()))
@@ -385,15 +396,22 @@ def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> 
 
 def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
              policy: str = DEFAULT_POLICY, progress: Callable[[str], None] | None = None,
-             tail: float | None = None, dataset: str | None = None, split: str = "test") -> dict[str, Any]:  # fmt: skip
+             tail: float | None = None, dataset: str | None = None, split: str = "test",
+             shard: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
     """Run every mode on ``n`` held-out prompts (or a dataset's questions: ``eval_samples``) and return the figures
-    (what ``--json`` writes); ``tail``: Seer's end tail instead of the export's (it cuts the oracle's window too)."""
+    (what ``--json`` writes); ``tail``: Seer's end tail instead of the export's (it cuts the oracle's window too);
+    ``shard`` (i, count): only the i-th of ``count`` contiguous slices of those prompts, each answer kept in the report
+    so that ``shards.merge`` makes the whole table of the slices (``shards``)."""
+    from seer_trt.eval import shards
+
     pipe = open_for_eval(engines, tail, policy=policy)
     samples = eval_samples(pipe, n, seed, dataset, split)
+    total = len(samples)
+    first, samples = shards.select(samples, shard)
     gen = gen_length or pipe.manifest.generation.gen_length
     results = run_modes(pipe, samples, gen_length, progress=progress)
-    m = metrics(pipe, samples, results)
-    return {
+    truth, tasks = [truth_ids(pipe, s) for s in samples], [s.task for s in samples]
+    report = {
         "engines": str(engines),
         "model": pipe.manifest.model.name,
         "n": len(samples),
@@ -405,8 +423,12 @@ def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED
         "seer": dataclasses.asdict(pipe.seer),
         "detector": pipe.seer.describe(),
         "git": git_sha(),
-        "modes": m,
+        "modes": metrics(truth, tasks, results),
     }
+    if shard is not None:
+        report["shard"] = shards.describe_shard(shard, first, len(samples), total)
+        report["answers"] = shards.records(truth, tasks, results)
+    return report
 
 
 def cache_policies(modes: str, intervals: str, order: int, drift: float | None) -> list[CacheConfig]:
