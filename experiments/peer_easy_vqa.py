@@ -64,7 +64,8 @@ UPSTREAM_COMMIT = "f8b02ce04b09f4f271fe55a3652059a73bbc7a32 (vukrosic/LLaDA-V)"
 HOOK = {"threshold": 1, "prefix_refresh_interval": 32, "stopping_criteria": ["<|eot_id|>"]}  # generate_demo.py's
 VISION_PREFIXES = ("model.vision_tower.", "model.mm_projector.", "model.image_newline")
 # seer-trt's modes: Request fields beside the question, picture and gen_length. The default request is Seer +
-# factor:1 + the pipeline's cache (reuse every 8); decoding is named because this fixture's manifest says "fixed".
+# factor:1 + the pipeline's cache (reuse every 8); decoding is named so that the row stays the product's default
+# whatever an export's manifest says (the bare request's row shows what the manifest runs).
 SEER_MODES = {
     "default": {"decoding": "factor:1"},
     "peer_algorithm": {"seer": False, "early_stop": True, "decoding": "factor:1", "cache": "reuse",
@@ -77,7 +78,7 @@ LABELS = {
     "text embeddings)",
     "default": "seer-trt default: Seer + factor:1 + cache reuse 8",
     "peer_algorithm": "seer-trt running the peer's algorithm: early stop + factor:1 + cache refresh 32, no Seer",
-    "bare_request": "seer-trt Request with no overrides (this export's manifest: Seer + fixed + cache reuse 8)",
+    "bare_request": "seer-trt Request with no overrides (this export's manifest: Seer + its decoding rule + cache reuse 8)",
 }
 
 

@@ -73,3 +73,21 @@ def test_a_missing_or_corrupt_slice_is_named(tmp_path):
 @pytest.fixture(autouse=True)
 def _cut_file(tmp_path):
     (tmp_path / "cut.json").write_text('{"shard": ')  # a slice's report cut short
+
+
+@pytest.mark.parametrize("table", [[], ["--cache", "reuse"], ["--shard", "0/2"]])
+def test_seer_eval_threads_reach_the_pipeline_of_every_table(monkeypatch, tmp_path, table):
+    """--threads 1 is how slices share a machine's cores: the modes and cache tables once ignored it (ONNX Runtime
+    then took every core in each slice's process)."""
+    from seer_trt.cli.eval import main
+    from seer_trt.runtime.pipeline import SeerPipeline
+
+    seen = {}
+
+    def opened(engines, **options):
+        seen.update(options)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(SeerPipeline, "from_manifest", staticmethod(opened))
+    assert main(["--engines", str(tmp_path), "--threads", "1", *table]) != 0
+    assert seen["threads"] == 1

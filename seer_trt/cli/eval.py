@@ -153,7 +153,7 @@ def work(args: argparse.Namespace, command: str) -> int:
         configs = cache_policies(args.cache, args.refresh_interval, args.forecast_order, args.drift_gate)
         progress(f"{what} x {len(configs) + 1} cache policies (the exact loop first)")
         report = evaluate_cache(args.engines, configs, n, args.seed, args.gen_length, progress, args.dataset,
-                                args.split)  # fmt: skip
+                                args.split, args.threads)  # fmt: skip
         report["command"] = command
         print(cache_fidelity.table(report, report["n"], report["gen_length"], report["detector"],
                                    describe(report["n"], args.dataset, args.split)))  # fmt: skip
@@ -162,7 +162,7 @@ def work(args: argparse.Namespace, command: str) -> int:
         return 0
     progress(f"{what} x {len(MODES)} modes ({', '.join(MODES)})")
     report = evaluate(args.engines, n, args.seed, args.gen_length, progress=progress, tail=args.end_tail,
-                      dataset=args.dataset, split=args.split, shard=shard)  # fmt: skip
+                      dataset=args.dataset, split=args.split, shard=shard, threads=args.threads)  # fmt: skip
     report["command"] = command
     title = describe(report["n"], args.dataset, args.split)
     if shard:

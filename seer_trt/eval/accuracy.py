@@ -397,14 +397,15 @@ def plot(m: dict[str, Any], path: Path, gen_length: int, detector: str = "") -> 
 def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED, gen_length: int | None = None,
              policy: str = DEFAULT_POLICY, progress: Callable[[str], None] | None = None,
              tail: float | None = None, dataset: str | None = None, split: str = "test",
-             shard: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
+             shard: tuple[int, int] | None = None, threads: int = 0) -> dict[str, Any]:  # fmt: skip
     """Run every mode on ``n`` held-out prompts (or a dataset's questions: ``eval_samples``) and return the figures
     (what ``--json`` writes); ``tail``: Seer's end tail instead of the export's (it cuts the oracle's window too);
     ``shard`` (i, count): only the i-th of ``count`` contiguous slices of those prompts, each answer kept in the report
-    so that ``shards.merge`` makes the whole table of the slices (``shards``)."""
+    so that ``shards.merge`` makes the whole table of the slices (``shards``); ``threads``: ONNX Runtime's intra-op
+    threads (0: its own choice)."""
     from seer_trt.eval import shards
 
-    pipe = open_for_eval(engines, tail, policy=policy)
+    pipe = open_for_eval(engines, tail, policy=policy, threads=threads)
     samples = eval_samples(pipe, n, seed, dataset, split)
     total = len(samples)
     first, samples = shards.select(samples, shard)
@@ -422,6 +423,7 @@ def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED
         "gen_length": gen,
         "seer": dataclasses.asdict(pipe.seer),
         "detector": pipe.seer.describe(),
+        "threads": threads,
         "git": git_sha(),
         "modes": metrics(truth, tasks, results),
     }
@@ -453,14 +455,14 @@ def cache_policies(modes: str, intervals: str, order: int, drift: float | None) 
 
 def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int | None = 200, seed: int = HELD_OUT_SEED,
                    gen_length: int | None = None, progress: Callable[[str], None] | None = None,
-                   dataset: str | None = None, split: str = "test") -> dict[str, Any]:  # fmt: skip
+                   dataset: str | None = None, split: str = "test", threads: int = 0) -> dict[str, Any]:  # fmt: skip
     """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (or a dataset's
-    questions: ``eval_samples``) (``cache_fidelity``)."""
-    pipe = SeerPipeline.from_manifest(engines)
+    questions: ``eval_samples``) (``cache_fidelity``); ``threads``: ONNX Runtime's intra-op threads."""
+    pipe = SeerPipeline.from_manifest(engines, threads=threads)
     samples = eval_samples(pipe, n, seed, dataset, split)
     truth = [truth_ids(pipe, s) for s in samples]
     report = cache_fidelity.fidelity(pipe, samples, truth, gen_length, configs, progress)
     return {"engines": str(engines), "model": pipe.manifest.model.name, "n": len(samples), "seed": seed,
             "dataset": dataset, "split": split if dataset else None,
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
-            "git": git_sha(), **report}  # fmt: skip
+            "threads": threads, "git": git_sha(), **report}  # fmt: skip
