@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def work(args: argparse.Namespace, command: str) -> int:
     from seer_trt.eval import cache_fidelity
-    from seer_trt.eval.accuracy import MODES, cache_policies, describe, evaluate, evaluate_cache, plot, table
+    from seer_trt.eval.accuracy import MODES, cache_policies, describe, evaluate, evaluate_cache
     from seer_trt.eval.report import write_json
 
     if args.merge:
@@ -170,19 +170,12 @@ def work(args: argparse.Namespace, command: str) -> int:
         title += (
             f" (slice {s['index']} of {s['count']}: questions {s['first']}-{s['first'] + s['n'] - 1} of {s['total']})"
         )
-    print(table(report["modes"], report["n"], report["gen_length"], report["detector"], title))
-    print_baseline(report)
-    if args.json:
-        write_json(args.json, report)
-    if args.plot:
-        plot(report["modes"], args.plot, report["gen_length"], report["detector"])
-    return 0
+    return report_modes(args, report, title)
 
 
 def merge(args: argparse.Namespace, command: str) -> int:
     """``--merge``: the slices' table, printed and written."""
-    from seer_trt.eval.accuracy import describe, plot, table
-    from seer_trt.eval.report import write_json
+    from seer_trt.eval.accuracy import describe
     from seer_trt.eval.shards import merge as merge_slices
 
     if args.engines or args.shard or args.cache or args.decoding:
@@ -198,6 +191,14 @@ def merge(args: argparse.Namespace, command: str) -> int:
     if not s["complete"]:
         title += (f" -- PARTIAL: slices {s['merged']} of {s['count']} ({report['n']} of {s['total']} prompts; "
                   f"missing {s['missing']})")  # fmt: skip
+    return report_modes(args, report, title)
+
+
+def report_modes(args: argparse.Namespace, report: dict, title: str) -> int:
+    """The modes table under ``title``, printed; the report written (``--json``) and plotted (``--plot``)."""
+    from seer_trt.eval.accuracy import plot, table
+    from seer_trt.eval.report import write_json
+
     print(table(report["modes"], report["n"], report["gen_length"], report["detector"], title))
     print_baseline(report)
     if args.json:
