@@ -7,6 +7,7 @@ import pytest
 
 from seer_trt.contracts.errors import ConfigError
 from seer_trt.eval import shards
+from seer_trt.eval.accuracy import merge
 
 
 @pytest.mark.parametrize(("total", "count"), [(10, 3), (9673, 8), (5, 5), (7, 1)])
@@ -45,7 +46,7 @@ def write(tmp_path, name: str, report: dict):
 
 def test_merge_recomputes_the_table_from_every_answer(tmp_path):
     paths = [write(tmp_path, f"{i}.json", slice_report(i)) for i in (1, 0)]
-    out = shards.merge(paths)
+    out = merge(paths)
     assert out["n"] == 2 and out["shards"]["complete"] and out["shards"]["merged"] == [0, 1]
     assert out["modes"]["padded"]["exact_match"] == 1.0
     assert out["modes"]["seer"]["exact_match"] == 0.5  # slice 1's Seer answer is wrong: read from its answers
@@ -60,14 +61,14 @@ def test_merge_recomputes_the_table_from_every_answer(tmp_path):
 def test_a_merge_of_slices_of_different_runs_is_refused(tmp_path, second, words):
     paths = [write(tmp_path, "a.json", slice_report(0)), write(tmp_path, "b.json", second)]
     with pytest.raises(ConfigError, match=words):
-        shards.merge(paths)
+        merge(paths)
 
 
 def test_a_missing_or_corrupt_slice_is_named(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
-        shards.merge([tmp_path / "none.json"])
+        merge([tmp_path / "none.json"])
     with pytest.raises(ConfigError, match="not readable JSON"):
-        shards.merge([write(tmp_path, "a.json", slice_report(0)), tmp_path / "cut.json"])
+        merge([write(tmp_path, "a.json", slice_report(0)), tmp_path / "cut.json"])
 
 
 @pytest.fixture(autouse=True)

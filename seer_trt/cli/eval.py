@@ -176,7 +176,7 @@ def work(args: argparse.Namespace, command: str) -> int:
 def merge(args: argparse.Namespace, command: str) -> int:
     """``--merge``: the slices' table, printed and written."""
     from seer_trt.eval.accuracy import describe
-    from seer_trt.eval.shards import merge as merge_slices
+    from seer_trt.eval.accuracy import merge as merge_slices
 
     if args.engines or args.shard or args.cache or args.decoding:
         raise ConfigError("--merge reads the slices' reports and runs nothing; leave out --engines, --shard, --cache "

@@ -38,7 +38,7 @@ import numpy as np
 
 from seer_trt.contracts.errors import ConfigError, SeerError
 from seer_trt.contracts.policies import CACHE_MODES, DEFAULT_POLICY, CacheConfig
-from seer_trt.eval import cache_fidelity, easy_vqa
+from seer_trt.eval import cache_fidelity, easy_vqa, shards
 from seer_trt.eval.paired import paired
 from seer_trt.eval.report import git_sha, save_figure
 from seer_trt.eval.tasks import HELD_OUT_SEED, Sample, held_out, vocabulary
@@ -289,17 +289,8 @@ def run_modes(pipe: SeerPipeline, samples: list[Sample], gen_length: int | None,
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What the modes table reads of one answer: a ``Result``'s, or one kept in a shard's report (``shards``)."""
-
-    token_ids: tuple[int, ...]
-    kept: int
-    steps: int
-
-
 def metrics(
-    truth: list[list[int]], tasks: list[str], results: dict[str, list[Result] | list[Outcome]]
+    truth: list[list[int]], tasks: list[str], results: dict[str, list[Result] | list[shards.Outcome]]
 ) -> dict[str, Any]:
     """Per mode: exact match vs ``truth`` (each prompt's answer ids) and vs the padded loop, per task (``tasks``);
     Seer's cut statistics."""
@@ -401,10 +392,8 @@ def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED
     """Run every mode on ``n`` held-out prompts (or a dataset's questions: ``eval_samples``) and return the figures
     (what ``--json`` writes); ``tail``: Seer's end tail instead of the export's (it cuts the oracle's window too);
     ``shard`` (i, count): only the i-th of ``count`` contiguous slices of those prompts, each answer kept in the report
-    so that ``shards.merge`` makes the whole table of the slices (``shards``); ``threads``: ONNX Runtime's intra-op
+    so that ``merge`` makes the whole table of the slices (``shards``); ``threads``: ONNX Runtime's intra-op
     threads (0: its own choice)."""
-    from seer_trt.eval import shards
-
     pipe = open_for_eval(engines, tail, policy=policy, threads=threads)
     samples = eval_samples(pipe, n, seed, dataset, split)
     total = len(samples)
@@ -431,6 +420,17 @@ def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED
         report["shard"] = shards.describe_shard(shard, first, len(samples), total)
         report["answers"] = shards.records(truth, tasks, results)
     return report
+
+
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """The reports of ``--shard`` runs (``paths``) as one report: the modes table of every answer they kept, as one run
+    over those prompts makes it; its ``shards`` say which slices it covers (``complete`` False: not the whole set).
+
+    Raises:
+        ConfigError: slices of different runs, a slice twice, a file that is not a slice's report (``shards.load``).
+    """
+    header, truth, tasks, results = shards.combine(paths)
+    return {**header, "modes": metrics(truth, tasks, results)}
 
 
 def cache_policies(modes: str, intervals: str, order: int, drift: float | None) -> list[CacheConfig]:

@@ -3,7 +3,7 @@ interruptions) and merge into the one table the whole run would print (docs/DESI
 
 In:  ``--shard I/N``: the I-th of N contiguous slices of the prompts (0-based); each slice's report keeps its answers
      (ids, kept window, steps per mode) beside the truth and task of every prompt it scored.
-Out: ``merge``: the slices' reports as one report: the modes table recomputed from every answer kept (exact match,
+Out: ``combine``: the slices' reports as one run, which ``accuracy.merge`` makes one report of: the modes table recomputed from every answer kept (exact match,
      the paired columns against the padded loop, Seer's cut statistics), never averaged from the slices' tables;
      a partial merge (slices missing) says which slices it covers and is never presented as the whole set.
 
@@ -14,6 +14,7 @@ survives a stopped run (a finished slice is a file; only the unfinished ones run
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,15 +109,22 @@ def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
     return sorted(reports, key=lambda r: r["shard"]["index"])
 
 
-def merge(paths: Sequence[Path]) -> dict[str, Any]:
-    """The slices of ``paths`` as one report (``evaluate``'s, with ``shards`` naming what it covers): the modes table
-    of every answer they kept; ``n`` the prompts covered, ``complete`` whether that is every slice.
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the modes table reads of one answer kept in a slice's report (a ``Result``'s fields of the same names)."""
+
+    token_ids: tuple[int, ...]
+    kept: int
+    steps: int
+
+
+def combine(paths: Sequence[Path]) -> tuple[dict[str, Any], list[list[int]], list[str], dict[str, list[Outcome]]]:
+    """The slices of ``paths`` as one run: (its report's header, with ``shards`` naming what it covers; every prompt's
+    truth ids; their tasks; per mode every answer), for ``accuracy.merge`` to make the table of.
 
     Raises:
         ConfigError: as ``load``.
     """
-    from seer_trt.eval.accuracy import Outcome, metrics
-
     reports = load(paths)
     truth: list[list[int]] = []
     tasks: list[str] = []
@@ -133,10 +141,10 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     if base is not None:
         hits = sum(r["majority_baseline"]["exact_match"] * r["n"] for r in reports)
         base = {"answer": base["answer"], "exact_match": hits / len(truth)}
-    return {**{k: first[k] for k in ("engines", "model", "seed", "dataset", "split", "gen_length", "seer", "detector")},
-            "n": len(truth), "majority_baseline": base,
-            "shards": {"count": count, "total": total, "merged": covered, "complete": len(covered) == count,
-                       "missing": [i for i in range(count) if i not in covered]},
-            "git": sorted({r["git"] for r in reports if r.get("git")}),
-            "commands": [r.get("command") for r in reports],
-            "modes": metrics(truth, tasks, results)}  # fmt: skip
+    header = {**{k: first[k] for k in ("engines", "model", "seed", "dataset", "split", "gen_length", "seer", "detector")},
+              "n": len(truth), "majority_baseline": base,
+              "shards": {"count": count, "total": total, "merged": covered, "complete": len(covered) == count,
+                         "missing": [i for i in range(count) if i not in covered]},
+              "git": sorted({r["git"] for r in reports if r.get("git")}),
+              "commands": [r.get("command") for r in reports]}  # fmt: skip
+    return header, truth, tasks, results
