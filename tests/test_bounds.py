@@ -407,6 +407,29 @@ def test_a_signal_swallowed_at_the_end_still_keeps_the_previous_output(tmp_path)
     assert (out / outfolder.REPOSITORY_MARKER).read_text() == "previous"
 
 
+def test_a_signal_turned_into_another_error_still_ends_as_the_signal(tmp_path):
+    """torch.export's tracer catches the signal's exception and raises its own error (CI saw a TypeError about
+    FakeTensors): the block must still end as the signal, not as an error exit."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / outfolder.REPOSITORY_MARKER).write_text("previous")
+    target = check_target(out, True, outfolder.is_repository, legacy=outfolder.repository_files)
+    with pytest.raises(signals.Interrupted) as err:
+        with signals.signals_as_interrupts(), replace_folder(target) as staging:
+            (staging / outfolder.REPOSITORY_MARKER).write_text("new")
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+            except BaseException as e:  # noqa: BLE001 - what a tracer does with it
+                raise TypeError("unsupported operand type(s) for *: 'FakeTensor' and 'FakeTensor'") from e
+    assert err.value.signum == signal.SIGTERM and isinstance(err.value.__cause__, TypeError)
+    assert (out / outfolder.REPOSITORY_MARKER).read_text() == "previous" and sorted(os.listdir(tmp_path)) == ["out"]
+    assert not signals._pending and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with pytest.raises(TypeError):  # without a signal, the error stays itself
+        with signals.signals_as_interrupts():
+            raise TypeError("a plain error")
+
+
 @pytest.mark.slow
 def test_sigterm_just_after_the_vision_graph_stops_the_export(tmp_path):
     """The point the issue found the signal lost (the step-zero export starting): one line, the previous export

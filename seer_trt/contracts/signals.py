@@ -65,7 +65,8 @@ def signals_as_interrupts() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` inside the block, and stay pending until the block ends.
 
     Python's default for SIGTERM ends the process at once, leaving staging folders behind; as an exception it
-    unwinds like Ctrl-C. An exception can be swallowed where it lands (a ``__del__`` running at that moment prints
+    unwinds like Ctrl-C, and whatever error ends the block after a signal came is reported as that signal (a library may
+    catch the exception and raise its own). An exception can be swallowed where it lands (a ``__del__`` running at that moment prints
     "Exception ignored" and goes on), so the signal is delivered again every ``REDELIVER_S`` until it has unwound the
     block, and ``replace_folder`` checks it before moving an output into place: a signal is never lost. Only the
     main thread can install handlers: elsewhere the block runs unchanged.
@@ -92,6 +93,10 @@ def signals_as_interrupts() -> Iterator[None]:
     try:
         yield
         check_interrupted()  # the block finished although a signal came: it still counts
+    except Exception as err:
+        if _pending:  # a library turned the signal's exception into its own error (torch.export's tracer does)
+            raise Interrupted(_pending[0]) from err
+        raise
     finally:
         with _lock:  # acted on: the exception is on its way out (the watchdog stops)
             _armed.clear()
