@@ -92,3 +92,22 @@ def test_seer_eval_threads_reach_the_pipeline_of_every_table(monkeypatch, tmp_pa
     monkeypatch.setattr(SeerPipeline, "from_manifest", staticmethod(opened))
     assert main(["--engines", str(tmp_path), "--threads", "1", *table]) != 0
     assert seen["threads"] == 1
+
+
+@pytest.mark.parametrize("table", [[], ["--cache", "reuse"], ["--decoding", "factor:1"], ["--shard", "0/2"]])
+def test_a_report_names_the_commit_it_started_on(monkeypatch, tmp_path, table):
+    """A slice runs for half an hour: the commit is read before the run, so one landing meanwhile is not named."""
+    from seer_trt.cli.eval import main
+    from seer_trt.eval import accuracy
+    from seer_trt.runtime.pipeline import SeerPipeline
+
+    order = []
+
+    def opened(engines, **options):
+        order.append("run")
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(accuracy, "git_sha", lambda: order.append("git") or "abc1234")
+    monkeypatch.setattr(SeerPipeline, "from_manifest", staticmethod(opened))
+    assert main(["--engines", str(tmp_path), *table]) != 0
+    assert order == ["git", "run"]

@@ -251,6 +251,7 @@ def evaluate_decoding(engines: str | Path, rules: list[str], n: int | None = 200
     unknown = [s for s in settings or () if s not in DECODING_SETTINGS]
     if unknown:
         raise ConfigError(f"--settings {unknown}: expected a comma-separated subset of {list(DECODING_SETTINGS)}")
+    commit = git_sha()  # the code that runs: read before the run, as commits may land during it
     pipe = open_for_eval(engines, tail, threads=threads, calibrate=True)  # cost model timed before the settings
     samples = eval_samples(pipe, n, seed, dataset, split)
     rows = decoding_metrics(pipe, samples, run_decodings(pipe, samples, gen_length, rules, progress, settings))
@@ -259,7 +260,7 @@ def evaluate_decoding(engines: str | Path, rules: list[str], n: int | None = 200
             "dataset": dataset, "split": split if dataset else None,
             "majority_baseline": majority_baseline(samples, dataset),
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
-            "threads": threads, "git": git_sha(),
+            "threads": threads, "git": commit,
             "rows": rows, "fastest_within_0.5_points": best and {k: best[k] for k in ("decoding", "setting")}}  # fmt: skip
 
 
@@ -394,6 +395,7 @@ def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED
     ``shard`` (i, count): only the i-th of ``count`` contiguous slices of those prompts, each answer kept in the report
     so that ``merge`` makes the whole table of the slices (``shards``); ``threads``: ONNX Runtime's intra-op
     threads (0: its own choice)."""
+    commit = git_sha()  # the code that runs: read before the run, as commits may land during it
     pipe = open_for_eval(engines, tail, policy=policy, threads=threads)
     samples = eval_samples(pipe, n, seed, dataset, split)
     total = len(samples)
@@ -413,7 +415,7 @@ def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED
         "seer": dataclasses.asdict(pipe.seer),
         "detector": pipe.seer.describe(),
         "threads": threads,
-        "git": git_sha(),
+        "git": commit,
         "modes": metrics(truth, tasks, results),
     }
     if shard is not None:
@@ -458,6 +460,7 @@ def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int | Non
                    dataset: str | None = None, split: str = "test", threads: int = 0) -> dict[str, Any]:  # fmt: skip
     """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (or a dataset's
     questions: ``eval_samples``) (``cache_fidelity``); ``threads``: ONNX Runtime's intra-op threads."""
+    commit = git_sha()  # the code that runs: read before the run, as commits may land during it
     pipe = SeerPipeline.from_manifest(engines, threads=threads)
     samples = eval_samples(pipe, n, seed, dataset, split)
     truth = [truth_ids(pipe, s) for s in samples]
@@ -465,4 +468,4 @@ def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int | Non
     return {"engines": str(engines), "model": pipe.manifest.model.name, "n": len(samples), "seed": seed,
             "dataset": dataset, "split": split if dataset else None,
             "gen_length": gen_length or pipe.manifest.generation.gen_length, "detector": pipe.seer.describe(),
-            "threads": threads, "git": git_sha(), **report}  # fmt: skip
+            "threads": threads, "git": commit, **report}  # fmt: skip
