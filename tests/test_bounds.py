@@ -365,13 +365,18 @@ def test_seer_triton_force_keeps_a_users_file_and_refuses_an_export_as_parent(fi
 # --- signals are never lost --------------------------------------------------------------------------------------
 
 
-def test_a_swallowed_signal_is_delivered_again_and_the_previous_output_stays(tmp_path):
-    """An exception raised inside a ``__del__`` (or caught by a library's broad ``except``) is lost; the signal is
-    redelivered until it unwinds the block, and ``replace_folder`` refuses to swap in after one."""
+def previous_output(tmp_path):
+    """An output folder holding a previous repository, and the target that replaces it."""
     out = tmp_path / "out"
     out.mkdir()
     (out / outfolder.REPOSITORY_MARKER).write_text("previous")
-    target = check_target(out, True, outfolder.is_repository, legacy=outfolder.repository_files)
+    return out, check_target(out, True, outfolder.is_repository, legacy=outfolder.repository_files)
+
+
+def test_a_swallowed_signal_is_delivered_again_and_the_previous_output_stays(tmp_path):
+    """An exception raised inside a ``__del__`` (or caught by a library's broad ``except``) is lost; the signal is
+    redelivered until it unwinds the block, and ``replace_folder`` refuses to swap in after one."""
+    out, target = previous_output(tmp_path)
     swallowed = []
     t = time.perf_counter()
     with pytest.raises(signals.Interrupted) as err:
@@ -392,10 +397,7 @@ def test_a_swallowed_signal_is_delivered_again_and_the_previous_output_stays(tmp
 
 
 def test_a_signal_swallowed_at_the_end_still_keeps_the_previous_output(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / outfolder.REPOSITORY_MARKER).write_text("previous")
-    target = check_target(out, True, outfolder.is_repository, legacy=outfolder.repository_files)
+    out, target = previous_output(tmp_path)
     with pytest.raises(signals.Interrupted):
         with signals.signals_as_interrupts(), replace_folder(target) as staging:
             (staging / outfolder.REPOSITORY_MARKER).write_text("new")
@@ -410,10 +412,7 @@ def test_a_signal_swallowed_at_the_end_still_keeps_the_previous_output(tmp_path)
 def test_a_signal_turned_into_another_error_still_ends_as_the_signal(tmp_path):
     """torch.export's tracer catches the signal's exception and raises its own error (CI saw a TypeError about
     FakeTensors): the block must still end as the signal, not as an error exit."""
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / outfolder.REPOSITORY_MARKER).write_text("previous")
-    target = check_target(out, True, outfolder.is_repository, legacy=outfolder.repository_files)
+    out, target = previous_output(tmp_path)
     with pytest.raises(signals.Interrupted) as err:
         with signals.signals_as_interrupts(), replace_folder(target) as staging:
             (staging / outfolder.REPOSITORY_MARKER).write_text("new")

@@ -65,11 +65,11 @@ def signals_as_interrupts() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` inside the block, and stay pending until the block ends.
 
     Python's default for SIGTERM ends the process at once, leaving staging folders behind; as an exception it
-    unwinds like Ctrl-C, and whatever error ends the block after a signal came is reported as that signal (a library may
-    catch the exception and raise its own). An exception can be swallowed where it lands (a ``__del__`` running at that moment prints
-    "Exception ignored" and goes on), so the signal is delivered again every ``REDELIVER_S`` until it has unwound the
-    block, and ``replace_folder`` checks it before moving an output into place: a signal is never lost. Only the
-    main thread can install handlers: elsewhere the block runs unchanged.
+    unwinds like Ctrl-C, and whatever error ends the block after a signal came is reported as that signal (a library
+    may catch the exception and raise its own). An exception can be swallowed where it lands (a ``__del__`` running
+    at that moment prints "Exception ignored" and goes on), so the signal is delivered again every ``REDELIVER_S``
+    until it has unwound the block, and ``replace_folder`` checks it before moving an output into place: a signal is
+    never lost. Only the main thread can install handlers: elsewhere the block runs unchanged.
     """
     if threading.current_thread() is not threading.main_thread():
         yield

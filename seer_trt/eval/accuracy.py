@@ -395,7 +395,7 @@ def evaluate(engines: str | Path, n: int | None = 200, seed: int = HELD_OUT_SEED
     ``shard`` (i, count): only the i-th of ``count`` contiguous slices of those prompts, each answer kept in the report
     so that ``merge`` makes the whole table of the slices (``shards``); ``threads``: ONNX Runtime's intra-op
     threads (0: its own choice)."""
-    commit = git_sha()  # the code that runs: read before the run, as commits may land during it
+    commit = git_sha()  # before the run (evaluate_decoding)
     pipe = open_for_eval(engines, tail, policy=policy, threads=threads)
     samples = eval_samples(pipe, n, seed, dataset, split)
     total = len(samples)
@@ -460,7 +460,7 @@ def evaluate_cache(engines: str | Path, configs: list[CacheConfig], n: int | Non
                    dataset: str | None = None, split: str = "test", threads: int = 0) -> dict[str, Any]:  # fmt: skip
     """The exact loop and every cache policy of ``configs`` under Seer on ``n`` held-out prompts (or a dataset's
     questions: ``eval_samples``) (``cache_fidelity``); ``threads``: ONNX Runtime's intra-op threads."""
-    commit = git_sha()  # the code that runs: read before the run, as commits may land during it
+    commit = git_sha()  # before the run (evaluate_decoding)
     pipe = SeerPipeline.from_manifest(engines, threads=threads)
     samples = eval_samples(pipe, n, seed, dataset, split)
     truth = [truth_ids(pipe, s) for s in samples]

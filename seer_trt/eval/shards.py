@@ -3,9 +3,10 @@ interruptions) and merge into the one table the whole run would print (docs/DESI
 
 In:  ``--shard I/N``: the I-th of N contiguous slices of the prompts (0-based); each slice's report keeps its answers
      (ids, kept window, steps per mode) beside the truth and task of every prompt it scored.
-Out: ``combine``: the slices' reports as one run, which ``accuracy.merge`` makes one report of: the modes table recomputed from every answer kept (exact match,
-     the paired columns against the padded loop, Seer's cut statistics), never averaged from the slices' tables;
-     a partial merge (slices missing) says which slices it covers and is never presented as the whole set.
+Out: ``combine``: the slices' reports as one run, which ``accuracy.merge`` makes one report of: the modes table
+     recomputed from every answer kept (exact match, the paired columns against the padded loop, Seer's cut statistics),
+     never averaged from the slices' tables; a partial merge (slices missing) says which slices it covers and is never
+     presented as the whole set.
 
 The padded loop of the 9,673 questions of easy-vqa's test split takes about 55 CPU minutes at gen_length 64 and
 3.8 hours at 128 on one thread (docs/results.md): the slices are how that work is shared across cores and
@@ -141,8 +142,7 @@ def combine(paths: Sequence[Path]) -> tuple[dict[str, Any], list[list[int]], lis
     if base is not None:
         hits = sum(r["majority_baseline"]["exact_match"] * r["n"] for r in reports)
         base = {"answer": base["answer"], "exact_match": hits / len(truth)}
-    header = {**{k: first[k] for k in ("engines", "model", "seed", "dataset", "split", "gen_length", "seer", "detector")},
-              "n": len(truth), "majority_baseline": base,
+    header = {**{k: first[k] for k in ("engines", *SAME, "detector")}, "n": len(truth), "majority_baseline": base,
               "shards": {"count": count, "total": total, "merged": covered, "complete": len(covered) == count,
                          "missing": [i for i in range(count) if i not in covered]},
               "git": sorted({r["git"] for r in reports if r.get("git")}),
